@@ -1,0 +1,62 @@
+"""Runtime configuration: one pydantic settings model, validated at cold start from the environment.
+
+No names are hard-coded: the template (or the local stack) sets the environment.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+class Limits(BaseSettings):
+    """Package and storage limits (DESIGN.md defaults). Override with ``PACKYARD_<NAME>`` variables."""
+
+    model_config = SettingsConfigDict(env_prefix="PACKYARD_", frozen=True)
+
+    manifest_max_bytes: int = Field(default=1 * MiB, gt=0)
+    max_files: int = Field(default=10_000, gt=0)
+    max_unpacked_bytes: int = Field(default=512 * MiB, gt=0)
+    max_archive_bytes: int = Field(default=256 * MiB, gt=0)
+    max_compression_ratio: float = Field(default=50.0, gt=1)
+    compression_ratio_floor_bytes: int = Field(default=64 * MiB, ge=0)
+    max_path_length: int = Field(default=512, gt=0)
+    verify_time_limit_seconds: float = Field(default=600.0, gt=0)
+    upload_ttl_seconds: int = Field(default=600, gt=0)
+    reservation_ttl_seconds: int = Field(default=1800, gt=0)
+    download_url_ttl_seconds: int = Field(default=300, gt=0)
+    tenant_quota_bytes: int = Field(default=10 * GiB, gt=0)
+    workspace_quota_bytes: int = Field(default=2 * GiB, gt=0)
+
+
+class Settings(BaseSettings):
+    """Names of the resources a handler talks to. Empty values are refused when the store is first used."""
+
+    model_config = SettingsConfigDict(frozen=True)
+
+    table_name: str = Field(default="", alias="TABLE_NAME")
+    bucket_name: str = Field(default="", alias="BUCKET_NAME")
+    publish_state_machine_arn: str = Field(default="", alias="PUBLISH_STATE_MACHINE_ARN")
+    install_state_machine_arn: str = Field(default="", alias="INSTALL_STATE_MACHINE_ARN")
+    tenant_claim: str = Field(default="tenant", alias="TENANT_CLAIM")
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    return Settings()
+
+
+@lru_cache(maxsize=1)
+def limits() -> Limits:
+    return Limits()
+
+
+def reset() -> None:
+    """Forget cached settings (tests and the local stack change the environment)."""
+    settings.cache_clear()
+    limits.cache_clear()
