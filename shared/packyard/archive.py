@@ -1,0 +1,549 @@
+"""The archive verifier: one streaming pass over a stored tar.gz, checked against its manifest.
+
+Nothing is extracted and nothing is held in memory beyond one read chunk, one inflate chunk and a few tar header
+blocks, so peak memory does not depend on the package size. The tar stream is walked by a small parser of our own
+(ustar, GNU long names, pax extended headers), not ``tarfile``: it hashes member data straight out of the inflate
+buffer without copying, and it bounds the size of every metadata header (``tarfile`` would read a pax header of any
+size into memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from packyard.config import Limits, MiB
+from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest
+from packyard.manifest import SPECIAL_MODE_BITS, Manifest, ManifestFile, check_path, fold_path, show_path
+
+READ_CHUNK = 1 * MiB
+"""Compressed bytes asked of the stream per read."""
+INFLATE_CHUNK = 2 * MiB
+"""Most decompressed bytes produced per zlib call: a gzip bomb never lands in memory in one piece."""
+METADATA_HEADER_MAX = 1 * MiB
+"""Largest pax / GNU long-name header accepted."""
+METADATA_TOTAL_MAX = 64 * MiB
+"""Largest sum of pax / GNU long-name headers in one archive."""
+METADATA_HEADERS_PER_MEMBER = 8
+"""Most metadata headers in a row before a real member."""
+END_PADDING_MAX = 8 * MiB
+"""Most zero bytes accepted after the tar end-of-archive block (tar pads to its record size)."""
+
+_BLOCK = 512
+_GZIP_WBITS = 31  # gzip header and trailer, one member
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+
+_REGULAR = (b"0", b"\0", b"7")
+_DIRECTORY = b"5"
+_LINKS = {b"1": "hard link", b"2": "symbolic link"}
+_SPECIAL = {
+    b"3": "character device",
+    b"4": "block device",
+    b"6": "fifo",
+    b"S": "GNU sparse file",
+    b"D": "GNU dump directory",
+    b"M": "GNU multi-volume continuation",
+    b"V": "GNU volume label",
+}
+_PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK = b"x", b"g", b"L", b"K"
+_METADATA = (_PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK)
+
+C = ArchiveRejectCode
+
+
+class ReadableStream(Protocol):
+    def read(self, size: int = ..., /) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class VerifiedArchive:
+    """What the verifier measured. ``unpacked_size`` and ``file_count`` count regular files only."""
+
+    archive_size: int
+    archive_sha256: str
+    unpacked_size: int
+    file_count: int
+
+
+def verify_archive(
+    stream: ReadableStream,
+    manifest: Manifest,
+    *,
+    declared_size: int,
+    declared_sha256: str,
+    limits: Limits,
+    clock: Callable[[], float] = time.monotonic,
+) -> VerifiedArchive:
+    """Read ``stream`` once (a tar.gz) and prove it holds exactly the files ``manifest`` lists.
+
+    ``manifest`` must already have passed ``parse_manifest`` with the same limits.
+
+    **Error order.** Problems found while streaming are raised at once, in stream order (the first wins):
+
+    - ``declared_size`` above ``limits.max_archive_bytes`` → ``TOO_LARGE`` before anything is read; more compressed
+      bytes than ``declared_size`` or ``limits.max_archive_bytes`` → ``TOO_LARGE`` (reading stops; an archive
+      *longer* than declared is therefore ``TOO_LARGE``, not ``SIZE_MISMATCH``);
+    - verification running longer than ``limits.verify_time_limit_seconds`` → ``TOO_LARGE``; a tar extended
+      header (pax, GNU long name) above ``METADATA_HEADER_MAX``, or above ``METADATA_TOTAL_MAX`` in total
+      → ``TOO_LARGE``;
+    - decompressed/compressed ratio above ``limits.max_compression_ratio`` once more than
+      ``limits.compression_ratio_floor_bytes`` are decompressed → ``COMPRESSION_RATIO``;
+    - not gzip, bad deflate data, bad tar headers, non-zero bytes after the gzip member (including a second gzip
+      member) or after the tar end-of-archive block → ``CORRUPT_ARCHIVE``;
+    - per member, in this order: count above ``limits.max_files`` (regular files and directories, the root
+      ``.`` entry excepted) → ``TOO_MANY_FILES``; name not UTF-8 or failing ``check_path`` (after removing one
+      leading ``./`` and, for a directory, one trailing ``/``) → ``UNSAFE_PATH``; link → ``LINK_NOT_ALLOWED``;
+      anything but a regular file or directory, or setuid/setgid/sticky bits → ``SPECIAL_FILE``; path already seen,
+      equal under NFC + case folding to one seen, or a directory where the manifest has a file → ``DUPLICATE_ENTRY``;
+      file not in the manifest → ``UNEXPECTED_FILE``; header size differs from the manifest → ``SIZE_MISMATCH``;
+      manifest ``mode`` given and ``member mode & 0o777`` differs → ``DIGEST_MISMATCH`` (detail "mode differs":
+      the mode is part of what the manifest pins, like the content); running total of sizes above
+      ``limits.max_unpacked_bytes`` → ``TOO_LARGE`` (before any data is read); sha256 of the data differs
+      → ``DIGEST_MISMATCH``.
+
+    Then, once the stream is exhausted: archive size differs from ``declared_size`` → ``SIZE_MISMATCH``; archive
+    sha256 differs from ``declared_sha256`` → ``DIGEST_MISMATCH``; gzip stream or tar stream incomplete →
+    ``CORRUPT_ARCHIVE``; a manifest file never seen → ``MISSING_FILE``. (When the bytes are not the ones declared,
+    that is the root cause, so it is reported before what the truncation looks like.)
+    """
+    if declared_size < 0:
+        raise InvalidRequest(f"declared archive size must be >= 0, got {declared_size}")
+    if not _SHA256_HEX.fullmatch(declared_sha256):
+        raise InvalidRequest("declared archive sha256 must be 64 lowercase hex digits")
+    if declared_size > limits.max_archive_bytes:
+        raise ArchiveRejected(
+            C.TOO_LARGE, f"archive is declared as {declared_size} bytes, limit is {limits.max_archive_bytes}"
+        )
+    return _Verifier(manifest, declared_size, limits, clock).run(stream, declared_sha256)
+
+
+class _Verifier:
+    """The compressed layer: count and hash what is read, inflate it in bounded pieces, feed the tar walker."""
+
+    def __init__(self, manifest: Manifest, declared_size: int, limits: Limits, clock: Callable[[], float]) -> None:
+        self._declared_size = declared_size
+        self._limits = limits
+        self._clock = clock
+        self._deadline = clock() + limits.verify_time_limit_seconds
+        self._walker = _TarWalker(manifest, limits)
+        self._inflater = zlib.decompressobj(_GZIP_WBITS)
+        self._inflated = 0
+        self._read = 0
+        self._gzip_ended = False
+
+    def run(self, stream: ReadableStream, declared_sha256: str) -> VerifiedArchive:
+        budget = self._declared_size
+        archive_hash = hashlib.sha256()
+        while True:
+            # Ask for one byte past the budget at most: enough to know it was exceeded, no more.
+            chunk = stream.read(min(READ_CHUNK, budget - self._read + 1))
+            if not chunk:
+                break
+            self._read += len(chunk)
+            if self._read > budget:
+                raise ArchiveRejected(C.TOO_LARGE, self._over_budget())
+            archive_hash.update(chunk)
+            if self._gzip_ended:
+                self._check_after_gzip(chunk)
+            else:
+                self._inflate(chunk)
+            self._check_clock()
+
+        archive_sha256 = archive_hash.hexdigest()
+        if self._read != self._declared_size:
+            raise ArchiveRejected(
+                C.SIZE_MISMATCH, f"archive is {self._read} bytes, {self._declared_size} were declared"
+            )
+        if archive_sha256 != declared_sha256:
+            raise ArchiveRejected(
+                C.DIGEST_MISMATCH, f"archive sha256 is {archive_sha256}, {declared_sha256} was declared"
+            )
+        if not self._gzip_ended:
+            raise ArchiveRejected(
+                C.CORRUPT_ARCHIVE,
+                "empty archive" if self._read == 0 else f"gzip stream truncated after {self._read} bytes",
+            )
+        self._walker.finish()
+        return VerifiedArchive(
+            archive_size=self._read,
+            archive_sha256=archive_sha256,
+            unpacked_size=self._walker.unpacked,
+            file_count=self._walker.files,
+        )
+
+    def _over_budget(self) -> str:
+        if self._read > self._limits.max_archive_bytes:
+            return f"archive is larger than the limit of {self._limits.max_archive_bytes} bytes"
+        return f"archive is larger than the declared {self._declared_size} bytes"
+
+    def _inflate(self, data: bytes) -> None:
+        inflater, walker = self._inflater, self._walker
+        limits = self._limits
+        while True:
+            try:
+                out = inflater.decompress(data, INFLATE_CHUNK)
+            except zlib.error as exc:
+                raise ArchiveRejected(C.CORRUPT_ARCHIVE, f"not a valid gzip stream: {exc}") from None
+            self._inflated += len(out)
+            if (
+                self._inflated > limits.compression_ratio_floor_bytes
+                and self._inflated > limits.max_compression_ratio * self._read
+            ):
+                raise ArchiveRejected(
+                    C.COMPRESSION_RATIO,
+                    f"{self._inflated} bytes inflated from {self._read}: ratio above {limits.max_compression_ratio}",
+                )
+            walker.feed(out)
+            if inflater.eof:
+                self._gzip_ended = True
+                self._check_after_gzip(inflater.unused_data)
+                return
+            data = inflater.unconsumed_tail
+            # A full output buffer may leave output pending inside zlib even when all input was taken.
+            if not data and len(out) < INFLATE_CHUNK:
+                return
+            self._check_clock()
+
+    def _check_after_gzip(self, data: bytes) -> None:
+        # Zero padding after the gzip member is tolerated (block devices and some tools pad); anything else would
+        # be bytes nobody verified, and a second gzip member is content tar tools would silently read.
+        if data and data.count(0) != len(data):
+            what = "a second gzip member" if data.lstrip(b"\0").startswith(b"\x1f\x8b") else "non-zero bytes"
+            raise ArchiveRejected(C.CORRUPT_ARCHIVE, f"{what} after the end of the gzip stream")
+
+    def _check_clock(self) -> None:
+        if self._clock() > self._deadline:
+            raise ArchiveRejected(
+                C.TOO_LARGE,
+                f"verification time limit of {self._limits.verify_time_limit_seconds} s exceeded "
+                f"after {self._read} archive bytes",
+            )
+
+
+# --- Tar -------------------------------------------------------------------------------------------------------------
+
+_HEADER, _DATA, _PADDING, _METADATA_DATA, _END = range(5)
+
+
+def _corrupt(detail: str) -> ArchiveRejected:
+    return ArchiveRejected(C.CORRUPT_ARCHIVE, detail)
+
+
+def _nts(field: bytes) -> bytes:
+    """A NUL-terminated string field."""
+    return field.split(b"\0", 1)[0]
+
+
+def _number(field: bytes, what: str) -> int:
+    """A numeric header field: octal ASCII (NUL/space padded) or GNU base-256 (positive only)."""
+    if field[0] & 0x80:
+        if field[0] == 0x80:
+            return int.from_bytes(field[1:], "big")
+        raise _corrupt(f"negative {what} in tar header")
+    digits = _nts(field).strip(b" ")
+    if not digits:
+        return 0
+    if digits.strip(b"01234567"):
+        raise _corrupt(f"invalid {what} {field!r} in tar header")
+    return int(digits, 8)
+
+
+def _check_checksum(block: bytes) -> None:
+    stored = _number(block[148:156], "checksum")
+    unsigned = sum(block) - sum(block[148:156]) + 8 * 0x20
+    if stored == unsigned:
+        return
+    # Some old tars summed signed chars; tarfile accepts both, so do we.
+    high = sum(1 for byte in block[:148] + block[156:] if byte & 0x80)
+    if stored != unsigned - 256 * high:
+        raise _corrupt("tar header checksum mismatch")
+
+
+def _parse_pax(data: bytes) -> dict[str, bytes]:
+    """pax extended header records: ``"<length> <key>=<value>\\n"``, length counting the whole record."""
+    records: dict[str, bytes] = {}
+    pos, size = 0, len(data)
+    while pos < size:
+        if data[pos] == 0:
+            if data.count(0, pos) != size - pos:
+                raise _corrupt("garbage after pax records")
+            break
+        space = data.find(b" ", pos, pos + 21)
+        length_text = data[pos:space] if space > pos else b""
+        if not length_text.isdigit():
+            raise _corrupt("malformed pax record length")
+        end = pos + int(length_text)
+        if end <= space + 1 or end > size or data[end - 1] != 0x0A:
+            raise _corrupt("malformed pax record")
+        key, equals, value = data[space + 1 : end - 1].partition(b"=")
+        if not equals or not key:
+            raise _corrupt("malformed pax record")
+        try:
+            records[key.decode("utf-8")] = value
+        except UnicodeDecodeError:
+            raise _corrupt(f"pax record key {key!r} is not UTF-8") from None
+        pos = end
+    return records
+
+
+class _TarWalker:
+    """Walks a tar stream fed in arbitrary pieces; checks each member as its header arrives, hashes its data."""
+
+    def __init__(self, manifest: Manifest, limits: Limits) -> None:
+        self._limits = limits
+        self._expected: dict[str, ManifestFile] = {entry.path: entry for entry in manifest.files}
+        self._manifest_keys = {fold_path(path) for path in self._expected}
+        self._seen_keys: dict[str, str] = {}
+        self._seen_files: set[str] = set()
+        self._state = _HEADER
+        self._partial = bytearray()  # a header block or metadata split across pieces
+        self._remaining = 0
+        self._padding = 0
+        self._hasher = hashlib.sha256()
+        self._current: ManifestFile | None = None
+        self._metadata_type = b""
+        self._metadata_headers = 0
+        self._metadata_total = 0
+        self._pax_global: dict[str, bytes] = {}
+        self._pax_local: dict[str, bytes] = {}
+        self._longname: bytes | None = None
+        self._end_padding = 0
+        self.members = 0
+        self.files = 0
+        self.unpacked = 0
+
+    # Feeding ------------------------------------------------------------------------------------------------------
+
+    def feed(self, data: bytes) -> None:
+        view = memoryview(data)
+        pos, size = 0, len(data)
+        while pos < size:
+            state = self._state
+            if state == _DATA:
+                take = min(self._remaining, size - pos)
+                self._hasher.update(view[pos : pos + take])
+                pos += take
+                self._remaining -= take
+                if not self._remaining:
+                    self._finish_file()
+            elif state == _HEADER:
+                partial = self._partial
+                if not partial and size - pos >= _BLOCK:
+                    block = data[pos : pos + _BLOCK]
+                    pos += _BLOCK
+                else:
+                    take = min(_BLOCK - len(partial), size - pos)
+                    partial += view[pos : pos + take]
+                    pos += take
+                    if len(partial) < _BLOCK:
+                        continue
+                    block = bytes(partial)
+                    partial.clear()
+                self._on_header(block)
+            elif state == _PADDING:
+                take = min(self._padding, size - pos)
+                pos += take
+                self._padding -= take
+                if not self._padding:
+                    self._state = _HEADER
+            elif state == _METADATA_DATA:
+                take = min(self._remaining, size - pos)
+                self._partial += view[pos : pos + take]
+                pos += take
+                self._remaining -= take
+                if not self._remaining:
+                    self._on_metadata(bytes(self._partial))
+                    self._partial.clear()
+            else:  # _END: only zero padding may follow the end-of-archive block
+                if data.count(0, pos) != size - pos:
+                    raise _corrupt("non-zero data after the tar end-of-archive block")
+                self._end_padding += size - pos
+                if self._end_padding > END_PADDING_MAX:
+                    raise _corrupt(f"more than {END_PADDING_MAX} bytes of padding after the tar end-of-archive block")
+                return
+
+    def finish(self) -> None:
+        if self._state != _END:
+            if self._state == _DATA and self._current is not None:
+                raise _corrupt(f"tar stream ends inside member {show_path(self._current.path)}")
+            raise _corrupt("tar stream ends without an end-of-archive block")
+        missing = sorted(path for path in self._expected if path not in self._seen_files)
+        if missing:
+            shown = ", ".join(repr(path) for path in missing[:5])
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise ArchiveRejected(C.MISSING_FILE, f"not in the archive: {shown}{more}")
+
+    def _after_data(self, size: int) -> None:
+        self._padding = -size % _BLOCK
+        self._state = _PADDING if self._padding else _HEADER
+
+    # Headers ------------------------------------------------------------------------------------------------------
+
+    def _on_header(self, block: bytes) -> None:
+        if block.count(0) == _BLOCK:
+            if self._metadata_headers:
+                raise _corrupt("end-of-archive block right after an extended header")
+            self._state = _END
+            return
+        _check_checksum(block)
+        typeflag = block[156:157]
+        size = _number(block[124:136], "size")
+        if typeflag in _METADATA:
+            self._start_metadata(typeflag, size)
+            return
+
+        self._metadata_headers = 0
+        pax = self._pax_global
+        if self._pax_local:
+            pax = {**pax, **self._pax_local}
+            pax = {key: value for key, value in pax.items() if value}  # an empty local value unsets a global one
+            self._pax_local = {}
+        raw_name = _nts(block[0:100])
+        if block[257:265] == b"ustar\x0000":
+            prefix = _nts(block[345:500])
+            if prefix:
+                raw_name = prefix + b"/" + raw_name
+        if self._longname is not None:
+            raw_name, self._longname = self._longname, None
+        if "path" in pax:
+            raw_name = pax["path"]
+        if "size" in pax:
+            size_text = pax["size"]
+            if not size_text.isdigit():
+                raise _corrupt(f"invalid pax size {size_text[:40]!r}")
+            size = int(size_text)
+        if any(key.startswith("GNU.sparse.") for key in pax):
+            typeflag = b"S"
+        mode = _number(block[100:108], "mode") & 0o7777
+        self._on_member(raw_name, typeflag, mode, size)
+
+    def _start_metadata(self, typeflag: bytes, size: int) -> None:
+        self._metadata_headers += 1
+        if self._metadata_headers > METADATA_HEADERS_PER_MEMBER:
+            raise _corrupt(f"more than {METADATA_HEADERS_PER_MEMBER} extended headers in a row")
+        if size > METADATA_HEADER_MAX:
+            raise ArchiveRejected(C.TOO_LARGE, f"tar extended header of {size} bytes, limit is {METADATA_HEADER_MAX}")
+        self._metadata_total += size
+        if self._metadata_total > METADATA_TOTAL_MAX:
+            raise ArchiveRejected(C.TOO_LARGE, f"tar extended headers add up to more than {METADATA_TOTAL_MAX} bytes")
+        self._metadata_type = typeflag
+        if size:
+            self._remaining = size
+            self._state = _METADATA_DATA
+            self._partial.clear()
+        else:
+            self._on_metadata(b"")
+
+    def _on_metadata(self, data: bytes) -> None:
+        kind = self._metadata_type
+        if kind == _PAX_LOCAL:
+            self._pax_local.update(_parse_pax(data))
+        elif kind == _PAX_GLOBAL:
+            for key, value in _parse_pax(data).items():
+                if value:
+                    self._pax_global[key] = value
+                else:
+                    self._pax_global.pop(key, None)
+        elif kind == _GNU_LONGNAME:
+            self._longname = _nts(data)
+        # _GNU_LONGLINK names a link target; the link itself is refused when its header arrives.
+        self._after_data(len(data))
+
+    # Members ------------------------------------------------------------------------------------------------------
+
+    def _on_member(self, raw_name: bytes, typeflag: bytes, mode: int, size: int) -> None:
+        is_dir = typeflag == _DIRECTORY or (typeflag == b"\0" and raw_name.endswith(b"/"))  # V7 directories
+        if is_dir and raw_name in (b".", b"./"):  # the root of `tar -C dir .`
+            self._check_empty_directory(".", size)
+            self._state = _HEADER
+            return
+
+        self.members += 1
+        if self.members > self._limits.max_files:
+            raise ArchiveRejected(
+                C.TOO_MANY_FILES, f"archive has more than {self._limits.max_files} files and directories"
+            )
+        try:
+            name = raw_name.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ArchiveRejected(C.UNSAFE_PATH, f"member name {raw_name[:120]!r} is not valid UTF-8") from None
+        path = name.removeprefix("./")
+        if is_dir:
+            path = path.removesuffix("/")
+        check_path(path, self._limits)
+
+        if typeflag in _LINKS:
+            raise ArchiveRejected(C.LINK_NOT_ALLOWED, f"{show_path(path)} is a {_LINKS[typeflag]}")
+        if not is_dir and typeflag not in _REGULAR:
+            what = _SPECIAL.get(typeflag, f"tar entry of type {typeflag!r}")
+            raise ArchiveRejected(C.SPECIAL_FILE, f"{show_path(path)} is a {what}")
+        if mode & SPECIAL_MODE_BITS:
+            raise ArchiveRejected(C.SPECIAL_FILE, f"{show_path(path)} has setuid/setgid/sticky bits (mode {mode:#o})")
+
+        key = fold_path(path)
+        if key in self._seen_keys:
+            seen = self._seen_keys[key]
+            same = "appears twice" if seen == path else f"collides with {show_path(seen)} (case-insensitively)"
+            raise ArchiveRejected(C.DUPLICATE_ENTRY, f"{show_path(path)} {same}")
+        self._seen_keys[key] = path
+
+        if is_dir:
+            self._check_empty_directory(path, size)
+            self._check_directory_against_files(path, key)
+            self._state = _HEADER
+            return
+
+        entry = self._expected.get(path)
+        if entry is None:
+            raise ArchiveRejected(C.UNEXPECTED_FILE, f"{show_path(path)} is not in the manifest")
+        if size != entry.size:
+            raise ArchiveRejected(C.SIZE_MISMATCH, f"{show_path(path)} is {size} bytes, the manifest says {entry.size}")
+        if entry.mode is not None and mode & 0o777 != entry.mode:
+            raise ArchiveRejected(
+                C.DIGEST_MISMATCH,
+                f"{show_path(path)}: mode differs ({mode & 0o777:#o}, the manifest says {entry.mode:#o})",
+            )
+        if self.unpacked + size > self._limits.max_unpacked_bytes:
+            raise ArchiveRejected(
+                C.TOO_LARGE, f"files add up to more than the limit of {self._limits.max_unpacked_bytes} bytes"
+            )
+        self.unpacked += size
+        self.files += 1
+        self._current = entry
+        self._hasher = hashlib.sha256()
+        if size:
+            self._remaining = size
+            self._state = _DATA
+        else:
+            self._finish_file()
+
+    def _check_empty_directory(self, path: str, size: int) -> None:
+        if size:
+            raise _corrupt(f"directory {show_path(path)} carries {size} bytes of data")
+
+    def _check_directory_against_files(self, path: str, key: str) -> None:
+        # A directory where the manifest has a file (itself or one of its parents) could not be installed.
+        parent = key
+        while parent:
+            if parent in self._manifest_keys:
+                raise ArchiveRejected(
+                    C.DUPLICATE_ENTRY, f"directory {show_path(path)} conflicts with a file in the manifest"
+                )
+            parent = parent.rpartition("/")[0]
+
+    def _finish_file(self) -> None:
+        entry = self._current
+        assert entry is not None
+        digest = self._hasher.hexdigest()
+        if digest != entry.sha256:
+            raise ArchiveRejected(
+                C.DIGEST_MISMATCH, f"{show_path(entry.path)}: sha256 is {digest}, the manifest says {entry.sha256}"
+            )
+        self._seen_files.add(entry.path)
+        self._current = None
+        self._after_data(entry.size)

@@ -1,0 +1,207 @@
+"""Domain models of the publish side: upload sessions and releases.
+
+These are what the domain reasons about. The data access layer stores them with a ``schemaVersion`` and
+validates them on read; the HTTP layer renders them with ``to_api``.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from packyard.errors import InvalidRequest
+
+PACKAGE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
+# semver 2.0.0, from the spec's grammar (no leading zeros in numeric identifiers)
+SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+def check_package_name(name: str) -> str:
+    if not PACKAGE_NAME.match(name):
+        raise InvalidRequest(
+            f"package name {name!r} must be 1-64 chars of a-z, 0-9, '.', '_', '-', starting and ending alphanumeric"
+        )
+    return name
+
+
+def check_version(version: str) -> str:
+    if len(version) > 128 or not SEMVER.match(version):
+        raise InvalidRequest(f"version {version!r} is not a semantic version (e.g. 1.2.3 or 1.2.3-rc.1)")
+    return version
+
+
+def semver_key(version: str) -> tuple[Any, ...]:
+    """Sort key following semver precedence (build metadata ignored, pre-releases before the release)."""
+    match = SEMVER.match(version)
+    if not match:
+        return (0, 0, 0, 0, ())
+    major, minor, patch, pre = int(match[1]), int(match[2]), int(match[3]), match[4]
+    if pre is None:
+        return (major, minor, patch, 1, ())
+    parts = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split("."))
+    return (major, minor, patch, 0, parts)
+
+
+class UploadState(StrEnum):
+    AWAITING_UPLOAD = "awaiting_upload"
+    VERIFYING = "verifying"
+    PUBLISHED = "published"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class ArchiveSource(StrEnum):
+    """Where verify reads the archive: the session's staging object, or a blob the tenant already holds."""
+
+    UPLOAD = "upload"
+    BLOB = "blob"
+
+
+class Rejection(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    sub_code: str | None = Field(default=None, alias="subCode")
+    detail: str
+
+    def to_api(self) -> dict[str, Any]:
+        body = {"code": self.code, "detail": self.detail}
+        if self.sub_code:
+            body["subCode"] = self.sub_code
+        return body
+
+
+class Upload(BaseModel):
+    """One upload session: a per-attempt token and staging keys, a deadline and a quota reservation."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    tenant: str
+    upload_id: str = Field(alias="uploadId")
+    token: str
+    package: str
+    version: str
+    state: UploadState
+    source: ArchiveSource
+    archive_size: int = Field(alias="archiveSize")
+    archive_sha256: str = Field(alias="archiveSha256")
+    manifest_digest: str = Field(alias="manifestDigest")
+    manifest_size: int = Field(alias="manifestSize")
+    content_digest: str = Field(alias="contentDigest")
+    reserved_bytes: int = Field(alias="reservedBytes")
+    created_at: int = Field(alias="createdAt")
+    expires_at: int = Field(alias="expiresAt")
+    execution_arn: str | None = Field(default=None, alias="executionArn")
+    rejection: Rejection | None = None
+    settled_at: int | None = Field(default=None, alias="settledAt")
+
+    def is_expired(self, now: int) -> bool:
+        return self.state is UploadState.EXPIRED or (
+            self.state is UploadState.AWAITING_UPLOAD and now >= self.expires_at
+        )
+
+    def to_api(self, now: int) -> dict[str, Any]:
+        state = UploadState.EXPIRED if self.is_expired(now) else self.state
+        body: dict[str, Any] = {
+            "uploadId": self.upload_id,
+            "package": self.package,
+            "version": self.version,
+            "state": str(state),
+            "uploadRequired": self.source is ArchiveSource.UPLOAD,
+            "archive": {"size": self.archive_size, "sha256": self.archive_sha256},
+            "manifestDigest": self.manifest_digest,
+            "contentDigest": self.content_digest,
+            "expiresAt": self.expires_at,
+        }
+        if self.execution_arn:
+            body["executionArn"] = self.execution_arn
+        if self.rejection:
+            body["rejection"] = self.rejection.to_api()
+        if state is UploadState.PUBLISHED:
+            body["release"] = f"/v1/packages/{self.package}/versions/{self.version}"
+        return body
+
+
+class ReleaseStatus(StrEnum):
+    PUBLISHED = "published"
+    YANKED = "yanked"
+    UNAVAILABLE = "unavailable"
+
+
+class Release(BaseModel):
+    """``package@version``: immutable once written. Status may move to yanked/unavailable; the version never frees."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    tenant: str
+    package: str
+    version: str
+    status: ReleaseStatus
+    manifest_digest: str = Field(alias="manifestDigest")
+    content_digest: str = Field(alias="contentDigest")
+    manifest_size: int = Field(alias="manifestSize")
+    archive_sha256: str = Field(alias="archiveSha256")
+    archive_size: int = Field(alias="archiveSize")
+    unpacked_size: int = Field(alias="unpackedSize")
+    file_count: int = Field(alias="fileCount")
+    permissions: list[dict[str, Any]] = Field(default_factory=list)
+    upload_id: str = Field(alias="uploadId")
+    published_at: int = Field(alias="publishedAt")
+    yanked_at: int | None = Field(default=None, alias="yankedAt")
+
+    def receipt(self) -> dict[str, Any]:
+        """What publishing proved: the stored bytes, re-read and hashed by the verifier, match these digests."""
+        return {
+            "package": self.package,
+            "version": self.version,
+            "manifestDigest": self.manifest_digest,
+            "contentDigest": self.content_digest,
+            "archive": {"sha256": self.archive_sha256, "size": self.archive_size},
+            "unpackedSize": self.unpacked_size,
+            "fileCount": self.file_count,
+            "uploadId": self.upload_id,
+            "publishedAt": self.published_at,
+        }
+
+    def to_api(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "package": self.package,
+            "version": self.version,
+            "status": str(self.status),
+            "manifestDigest": self.manifest_digest,
+            "contentDigest": self.content_digest,
+            "archive": {"sha256": self.archive_sha256, "size": self.archive_size},
+            "unpackedSize": self.unpacked_size,
+            "fileCount": self.file_count,
+            "permissions": self.permissions,
+            "publishedAt": self.published_at,
+        }
+        if self.yanked_at is not None:
+            body["yankedAt"] = self.yanked_at
+        return body
+
+
+class Package(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    tenant: str
+    package: str
+    created_at: int = Field(alias="createdAt")
+    latest_version: str = Field(alias="latestVersion")
+    version_count: int = Field(alias="versionCount")
+
+    def to_api(self) -> dict[str, Any]:
+        return {
+            "package": self.package,
+            "latestVersion": self.latest_version,
+            "versionCount": self.version_count,
+            "createdAt": self.created_at,
+        }

@@ -1,0 +1,147 @@
+"""DynamoDB plumbing shared by the table modules: (de)serialisation, keys, stored-item validation, transactions.
+
+Stored items carry ``schemaVersion``; an item that fails validation on read is refused (StoredItemInvalid),
+never guessed at.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from packyard.config import settings
+from packyard.errors import StoredItemInvalid, TransientStoreError
+from packyard.store.aws import client, error_code, is_transient
+
+SCHEMA_VERSION = 1
+M = TypeVar("M", bound=BaseModel)
+
+_serializer: Any = None
+_deserializer: Any = None
+
+
+def _codecs() -> tuple[Any, Any]:
+    global _serializer, _deserializer
+    if _serializer is None:
+        from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+        _serializer, _deserializer = TypeSerializer(), TypeDeserializer()
+    return _serializer, _deserializer
+
+
+def table_name() -> str:
+    name = settings().table_name
+    if not name:
+        raise RuntimeError("TABLE_NAME is not set")
+    return name
+
+
+def dynamodb() -> Any:
+    return client("dynamodb")
+
+
+def marshal(values: Mapping[str, Any]) -> dict[str, Any]:
+    serializer, _ = _codecs()
+    return {key: serializer.serialize(value) for key, value in values.items() if value is not None}
+
+
+def unmarshal(item: Mapping[str, Any]) -> dict[str, Any]:
+    _, deserializer = _codecs()
+    return {key: _plain(deserializer.deserialize(value)) for key, value in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    from decimal import Decimal
+
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def key(pk: str, sk: str) -> dict[str, Any]:
+    return {"pk": {"S": pk}, "sk": {"S": sk}}
+
+
+def to_item(pk: str, sk: str, model: BaseModel, **extra: Any) -> dict[str, Any]:
+    values = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    values.update(pk=pk, sk=sk, schemaVersion=SCHEMA_VERSION, **extra)
+    return marshal(values)
+
+
+def from_item(model: type[M], item: Mapping[str, Any]) -> M:
+    values = unmarshal(item)
+    version = values.pop("schemaVersion", None)
+    if version != SCHEMA_VERSION:
+        raise StoredItemInvalid(f"{model.__name__} item has schemaVersion {version!r}, expected {SCHEMA_VERSION}")
+    for attr in ("pk", "sk", "expiresAtTtl", "dueShard", "dueAt"):
+        values.pop(attr, None)
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise StoredItemInvalid(f"stored {model.__name__} failed validation: {exc.error_count()} errors") from exc
+
+
+def get(pk: str, sk: str, *, consistent: bool = True) -> dict[str, Any] | None:
+    try:
+        response = dynamodb().get_item(TableName=table_name(), Key=key(pk, sk), ConsistentRead=consistent)
+    except Exception as exc:
+        raise _translate(exc) from exc
+    return response.get("Item")
+
+
+def query(
+    pk: str, *, prefix: str | None = None, limit: int = 100, cursor: dict[str, Any] | None = None, forward: bool = True
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    params: dict[str, Any] = {
+        "TableName": table_name(),
+        "KeyConditionExpression": "pk = :pk" + (" AND begins_with(sk, :prefix)" if prefix else ""),
+        "ExpressionAttributeValues": {":pk": {"S": pk}, **({":prefix": {"S": prefix}} if prefix else {})},
+        "Limit": limit,
+        "ScanIndexForward": forward,
+    }
+    if cursor:
+        params["ExclusiveStartKey"] = cursor
+    try:
+        response = dynamodb().query(**params)
+    except Exception as exc:
+        raise _translate(exc) from exc
+    return response.get("Items", []), response.get("LastEvaluatedKey")
+
+
+@dataclass
+class TransactionCancelled(Exception):
+    """A transaction was cancelled; ``reasons[i]`` is the cancellation reason of item i (Code, Item)."""
+
+    reasons: list[dict[str, Any]]
+
+    def failed(self, index: int) -> bool:
+        return index < len(self.reasons) and self.reasons[index].get("Code") == "ConditionalCheckFailed"
+
+    def old_item(self, index: int) -> dict[str, Any] | None:
+        return self.reasons[index].get("Item") if index < len(self.reasons) else None
+
+
+def transact(items: list[dict[str, Any]]) -> None:
+    """TransactWriteItems; condition failures surface as TransactionCancelled with per-item reasons."""
+    try:
+        dynamodb().transact_write_items(TransactItems=items)
+    except Exception as exc:
+        if error_code(exc) == "TransactionCanceledException":
+            reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
+            if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
+                raise TransactionCancelled(reasons) from exc
+            raise TransientStoreError("transaction conflict, retry") from exc
+        raise _translate(exc) from exc
+
+
+def _translate(exc: Exception) -> Exception:
+    if is_transient(exc):
+        return TransientStoreError(f"DynamoDB: {error_code(exc)}")
+    return exc

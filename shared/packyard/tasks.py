@@ -1,0 +1,28 @@
+"""Input models of the Step Functions tasks: the state input is validated before the domain sees it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from packyard.errors import InvalidRequest
+
+
+class UploadTask(BaseModel):
+    """What the publish state machine carries: the upload and its per-attempt token, plus what earlier states added."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    tenant: str = Field(min_length=1)
+    upload_id: str = Field(alias="uploadId", min_length=1)
+    token: str = Field(min_length=1)
+    verify: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def parse_upload_task(event: dict[str, Any]) -> UploadTask:
+    try:
+        return UploadTask.model_validate(event)
+    except ValidationError as exc:
+        raise InvalidRequest(f"task input failed validation: {exc.error_count()} errors") from exc
