@@ -19,7 +19,7 @@ def create_upload(
     package: Annotated[str, Path()],
     version: Annotated[str, Path()],
     request: Annotated[uploads.CreateUploadRequest, Body()],
-) -> Response:
+) -> Response[dict[str, Any]]:
     tenant = principal_of(app).tenant
     created = uploads.create_upload(tenant, package, version, request)
     if created.existing is not None:
@@ -35,7 +35,7 @@ def create_upload(
 
 
 @app.post("/v1/uploads/<upload_id>/complete", tags=["publish"])
-def complete_upload(upload_id: Annotated[str, Path()]) -> Response:
+def complete_upload(upload_id: Annotated[str, Path()]) -> Response[dict[str, Any]]:
     upload = uploads.complete_upload(principal_of(app).tenant, upload_id)
     status = 202 if upload.state.value == "verifying" else 200
     return json_response(status, upload.to_api(clock.now()), headers={"Location": f"/v1/uploads/{upload_id}"})

@@ -30,8 +30,8 @@ def problem_response(error: PackyardError, headers: dict[str, str] | None = None
     )
 
 
-def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
-    return Response(status_code=status, content_type="application/json", body=json.dumps(body), headers=headers)
+def json_response(status: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    return Response(status_code=status, content_type="application/json", body=body, headers=headers)
 
 
 @dataclass(frozen=True)

@@ -66,7 +66,7 @@ class ArchiveSource(StrEnum):
 
 
 class Rejection(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     code: str
     sub_code: str | None = Field(default=None, alias="subCode")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.logging import correlation_paths
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer()
+# The template sets POWERTOOLS_SERVICE_NAME / POWERTOOLS_METRICS_NAMESPACE; these defaults keep a process that
+# imported us before its environment was set (tests, the local stack) emitting valid EMF rather than failing.
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "packyard")
+NAMESPACE = os.environ.get("POWERTOOLS_METRICS_NAMESPACE", "Packyard")
+
+logger = Logger(service=SERVICE)
+metrics = Metrics(namespace=NAMESPACE, service=SERVICE)
+tracer = Tracer(service=SERVICE)
 
 HTTP_CORRELATION = correlation_paths.API_GATEWAY_HTTP
 # Step Functions tasks carry the id of the thing they work on; it doubles as the execution name.

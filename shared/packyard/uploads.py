@@ -93,20 +93,20 @@ def create_upload(tenant: str, package: str, version: str, request: CreateUpload
     now = clock.now()
     upload = Upload(
         tenant=tenant,
-        uploadId=uuid.uuid4().hex,
+        upload_id=uuid.uuid4().hex,
         token=secrets.token_hex(16),
         package=package,
         version=version,
         state=UploadState.AWAITING_UPLOAD,
         source=source,
-        archiveSize=declared.size,
-        archiveSha256=declared.sha256,
-        manifestDigest=digest,
-        manifestSize=len(manifest_bytes),
-        contentDigest=content_digest(manifest),
-        reservedBytes=len(manifest_bytes) + (declared.size if source is ArchiveSource.UPLOAD else 0),
-        createdAt=now,
-        expiresAt=now + bounds.upload_ttl_seconds,
+        archive_size=declared.size,
+        archive_sha256=declared.sha256,
+        manifest_digest=digest,
+        manifest_size=len(manifest_bytes),
+        content_digest=content_digest(manifest),
+        reserved_bytes=len(manifest_bytes) + (declared.size if source is ArchiveSource.UPLOAD else 0),
+        created_at=now,
+        expires_at=now + bounds.upload_ttl_seconds,
     )
     # The staged manifest is written first: if we die before the session exists, the lifecycle rule reclaims it.
     blobs.put_bytes(blobs.staged_manifest_key(tenant, upload.upload_id, upload.token), manifest_bytes, digest)
@@ -249,16 +249,16 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             package=upload.package,
             version=upload.version,
             status=ReleaseStatus.PUBLISHED,
-            manifestDigest=upload.manifest_digest,
-            contentDigest=upload.content_digest,
-            manifestSize=upload.manifest_size,
-            archiveSha256=upload.archive_sha256,
-            archiveSize=upload.archive_size,
-            unpackedSize=unpacked_size(manifest),
-            fileCount=len(manifest.files),
+            manifest_digest=upload.manifest_digest,
+            content_digest=upload.content_digest,
+            manifest_size=upload.manifest_size,
+            archive_sha256=upload.archive_sha256,
+            archive_size=upload.archive_size,
+            unpacked_size=unpacked_size(manifest),
+            file_count=len(manifest.files),
             permissions=[p.model_dump(mode="json", exclude_none=True) for p in manifest.permissions],
-            uploadId=upload.upload_id,
-            publishedAt=now,
+            upload_id=upload.upload_id,
+            published_at=now,
         )
         new_blobs, known_blobs = _blob_records(upload)
         blocked = catalog.publish_release(upload, release, new_blobs=new_blobs, known_blobs=known_blobs, now=now)
@@ -345,7 +345,7 @@ def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None)
     if verdict and verdict.get("verdict") == "rejected":
         return Rejection(
             code=verdict.get("code", "archive_rejected"),
-            subCode=verdict.get("subCode"),
+            sub_code=verdict.get("subCode"),
             detail=str(verdict.get("detail", ""))[:1000],
         )
     error = error or {}

@@ -128,6 +128,14 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> None:
     pk, sk = upload_key(upload.tenant, upload.upload_id)
     upk, usk = usage_key(upload.tenant)
     n = upload.reserved_bytes
+    if n > quota_bytes:
+        # with no ledger yet, the condition below would pass: a request larger than the whole quota never fits
+        raise QuotaExceeded(
+            f"reserving {n} bytes exceeds the tenant quota of {quota_bytes} bytes",
+            usedBytes=get_used_bytes(upload.tenant),
+            limitBytes=quota_bytes,
+            requestedBytes=n,
+        )
     items: list[dict[str, Any]] = [
         {
             "Put": {

@@ -1,0 +1,270 @@
+"""In-process Lambda: moto's Lambda ``Invoke`` dispatches the stack's functions to their handler files.
+
+Step Functions on moto invokes Lambda through a boto3 ``lambda`` client against moto. Moto's own Lambda
+backend would need a created function (and Docker) to run anything, so :func:`install` patches
+``LambdaBackend.invoke`` (and the Docker-less ``LambdaSimpleBackend.invoke``): a function name or ARN
+that names a registered function runs ``functions/<x>/app.py``'s handler right here, in the calling
+thread, and answers exactly like AWS Lambda's ``Invoke``:
+
+* success → the JSON-encoded return value;
+* an exception → ``{"errorType": <class name>, "errorMessage": str(exc), "stackTrace": [...]}`` with
+  ``X-Amz-Function-Error: Unhandled``, so Step Functions' Retry/Catch see ``errorType`` as the error name,
+  as on AWS.
+
+Any other function name falls through to moto unchanged. Handlers run in the process's environment
+(see :meth:`devstack.template.Stack.environment`); function-specific variables are not swapped in per call
+because executions run on moto's background threads.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from moto.awslambda.models import LambdaBackend
+from moto.awslambda_simple.models import LambdaSimpleBackend
+
+from devstack.template import ROOT, FunctionSpec, Stack
+
+_PATCHED_CLASSES: tuple[type, ...] = (LambdaBackend, LambdaSimpleBackend)
+
+_lock = threading.RLock()
+_originals: dict[type, Callable[..., Any]] = {}
+_functions: dict[str, FunctionSpec] = {}
+_modules: dict[tuple[Path, str], ModuleType] = {}
+_invocations: list[Invocation] = []
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """One dispatched call, for tests to assert on (what ran, with what, and how it ended)."""
+
+    function: str
+    event: Any
+    error_type: str | None
+    result: Any = None
+
+
+@dataclass
+class LambdaContext:
+    """The attributes of the Lambda runtime's context object that handlers and Powertools read."""
+
+    function_name: str
+    invoked_function_arn: str
+    memory_limit_in_mb: int
+    timeout_seconds: int
+    function_version: str = "$LATEST"
+    aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    identity: Any = None
+    client_context: Any = None
+    _deadline: float = 0.0
+
+    def __post_init__(self) -> None:
+        self._deadline = time.monotonic() + self.timeout_seconds
+        self.log_group_name = f"/aws/lambda/{self.function_name}"
+        self.log_stream_name = f"local/[{self.function_version}]{self.aws_request_id.replace('-', '')}"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.monotonic()) * 1000))
+
+
+# ------------------------------------------------------------------ registry
+
+
+def register(spec: FunctionSpec) -> None:
+    """Make one function invocable by name and by ARN (used by :func:`install`, and by tests for fakes)."""
+    with _lock:
+        _functions[spec.name] = spec
+        _functions[spec.arn] = spec
+
+
+def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> None:
+    """Patch moto's Lambda backends (idempotent) and register the stack's functions plus ``extra`` ones."""
+    with _lock:
+        for cls in _PATCHED_CLASSES:
+            if cls not in _originals:
+                _originals[cls] = cls.__dict__["invoke"]
+                setattr(cls, "invoke", _make_invoke(cls))  # noqa: B010
+        for spec in [*(stack.functions.values() if stack else ()), *extra]:
+            register(spec)
+
+
+def uninstall() -> None:
+    """Restore moto's Lambda backends and forget functions, loaded handler modules and recorded invocations."""
+    with _lock:
+        for cls, original in _originals.items():
+            setattr(cls, "invoke", original)  # noqa: B010
+        _originals.clear()
+        _functions.clear()
+        _modules.clear()
+        _invocations.clear()
+
+
+@contextmanager
+def dispatching(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> Iterator[None]:
+    install(stack, extra)
+    try:
+        yield
+    finally:
+        uninstall()
+
+
+def invocations(function: str | None = None) -> list[Invocation]:
+    """Calls dispatched since :func:`install` (or :func:`clear_invocations`), oldest first."""
+    with _lock:
+        return [i for i in _invocations if function is None or i.function == function]
+
+
+def clear_invocations() -> None:
+    with _lock:
+        _invocations.clear()
+
+
+# ------------------------------------------------------------------ dispatch
+
+_ARN = re.compile(r"^arn:[^:]+:lambda:[^:]*:[^:]*:function:(?P<name>[^:]+)(?::(?P<qualifier>[^:]+))?$")
+_PARTIAL_ARN = re.compile(r"^[0-9]{12}:function:(?P<name>[^:]+)(?::(?P<qualifier>[^:]+))?$")
+
+
+def _lookup(function_name: str) -> FunctionSpec | None:
+    with _lock:
+        if function_name in _functions:
+            return _functions[function_name]
+        match = _ARN.match(function_name) or _PARTIAL_ARN.match(function_name)
+        name = match.group("name") if match else function_name.split(":", 1)[0]
+        return _functions.get(name)
+
+
+def _header(headers: Any, name: str) -> str | None:
+    if not headers:
+        return None
+    for key, value in dict(headers).items():
+        if key.lower() == name.lower():
+            return str(value)
+    return None
+
+
+def _make_invoke(cls: type) -> Callable[..., Any]:
+    def invoke(
+        self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any
+    ) -> str | bytes | None:
+        spec = _lookup(function_name)
+        if spec is None:
+            return _originals[cls](self, function_name, qualifier, body, headers, response_headers)
+        invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
+        if invocation_type == "DryRun":
+            return b""
+        if invocation_type == "Event":
+            # Async invoke: AWS queues it and answers 202 at once.
+            threading.Thread(target=_run, args=(spec, body, {}), daemon=True).start()
+            return b""
+        payload = _run(spec, body, response_headers)
+        response_headers["Content-Length"] = str(len(payload))
+        return payload
+
+    invoke.__doc__ = f"devstack in-process dispatch over {cls.__name__}.invoke"
+    return invoke
+
+
+def context_for(spec: FunctionSpec) -> LambdaContext:
+    """A fresh context for one invocation of ``spec`` (new request id, deadline = now + Timeout)."""
+    return LambdaContext(
+        function_name=spec.name,
+        invoked_function_arn=spec.arn,
+        memory_limit_in_mb=spec.memory_size,
+        timeout_seconds=spec.timeout,
+    )
+
+
+def invoke_handler(spec: FunctionSpec, event: Any) -> Any:
+    """Call the function's handler directly (as API Gateway's Lambda proxy integration would) and return
+    what it returns. Exceptions propagate to the caller, after being recorded in :func:`invocations`.
+    Needs no moto patch: the local HTTP API uses it; Step Functions goes through :func:`install`.
+    """
+    try:
+        result = _load_handler(spec)(event, context_for(spec))
+    except Exception as exc:
+        _record(Invocation(spec.name, event, type(exc).__name__))
+        raise
+    _record(Invocation(spec.name, event, None, result))
+    return result
+
+
+def _run(spec: FunctionSpec, body: Any, response_headers: Any) -> bytes:
+    raw = body.decode("utf-8") if isinstance(body, bytes) else body
+    event = json.loads(raw) if raw else {}
+    try:
+        handler = _load_handler(spec)
+        result = handler(event, context_for(spec))
+    except Exception as exc:
+        _record(Invocation(spec.name, event, type(exc).__name__))
+        response_headers["x-amz-function-error"] = "Unhandled"
+        # The trace starts at the handler, as on AWS (this dispatcher's frame is not part of it).
+        trace = exc.__traceback__.tb_next if exc.__traceback__ else None
+        return _error_payload(type(exc).__name__, str(exc), traceback.format_tb(trace))
+    try:
+        payload = json.dumps(result).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        _record(Invocation(spec.name, event, "Runtime.MarshalError"))
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return _error_payload("Runtime.MarshalError", f"Unable to marshal response: {exc}", [])
+    _record(Invocation(spec.name, event, None, result))
+    return payload
+
+
+def _error_payload(error_type: str, message: str, stack_trace: list[str]) -> bytes:
+    return json.dumps({"errorType": error_type, "errorMessage": message, "stackTrace": stack_trace}).encode("utf-8")
+
+
+def _record(invocation: Invocation) -> None:
+    with _lock:
+        _invocations.append(invocation)
+
+
+def _load_handler(spec: FunctionSpec) -> Callable[[Any, Any], Any]:
+    """Import ``<code_uri>/<module>.py`` by path under a module name unique to the function (cached)."""
+    module_path, _, attribute = spec.handler.rpartition(".")
+    if not module_path:
+        raise ValueError(f"{spec.logical_id}: handler {spec.handler!r} is not <module>.<function>")
+    key = (spec.code_uri, module_path)
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            module = _import_by_path(spec, module_path)
+            _modules[key] = module
+    return getattr(module, attribute)  # type: ignore[no-any-return]
+
+
+def _import_by_path(spec: FunctionSpec, module_path: str) -> ModuleType:
+    file = spec.code_uri / (module_path.replace(".", "/") + ".py")
+    if not file.is_file():
+        raise FileNotFoundError(f"{spec.logical_id}: handler file {file} does not exist")
+    shared = str(ROOT / "shared")
+    if shared not in sys.path:
+        # The layer's content (/opt/python on AWS).
+        sys.path.insert(0, shared)
+    safe = re.sub(r"\W", "_", f"{spec.logical_id}_{module_path}")
+    name = f"_devstack_fn_{safe}_{uuid.uuid4().hex[:8]}"
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise ImportError(f"cannot import {file}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    try:
+        module_spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
