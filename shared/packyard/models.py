@@ -98,7 +98,8 @@ class Upload(BaseModel):
     content_digest: str = Field(alias="contentDigest")
     reserved_bytes: int = Field(alias="reservedBytes")
     created_at: int = Field(alias="createdAt")
-    expires_at: int = Field(alias="expiresAt")
+    # the session deadline; not the table's TTL attribute (expiresAt), which only settled sessions get
+    expires_at: int = Field(alias="deadlineAt")
     execution_arn: str | None = Field(default=None, alias="executionArn")
     rejection: Rejection | None = None
     settled_at: int | None = Field(default=None, alias="settledAt")

@@ -22,6 +22,10 @@ from packyard.models import Package, Release, ReleaseStatus, Upload, UploadState
 from packyard.store import dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 
+# Settled sessions are kept this long for GET /v1/uploads/{id}, then DynamoDB's TTL removes them. Live sessions
+# never carry the TTL attribute: expiry must go through settle (it returns the reservation), never a silent delete.
+SETTLED_UPLOAD_RETENTION = 7 * 24 * 3600
+
 
 def upload_key(tenant: str, upload_id: str) -> tuple[str, str]:
     return f"TENANT#{tenant}#UPLOAD#{upload_id}", "UPLOAD"
@@ -191,8 +195,8 @@ def settle_upload_without_release(
     upload: Upload, state: UploadState, rejection: dict[str, Any] | None, now: int
 ) -> None:
     """verifying/awaiting_upload → rejected/expired: record why and give the reservation back, atomically."""
-    update = "SET #state = :final, reservedBytes = :zero, settledAt = :now"
-    values: dict[str, Any] = {":final": str(state), ":zero": 0, ":now": now}
+    update = "SET #state = :final, reservedBytes = :zero, settledAt = :now, expiresAt = :purge"
+    values: dict[str, Any] = {":final": str(state), ":zero": 0, ":now": now, ":purge": now + SETTLED_UPLOAD_RETENTION}
     if rejection is not None:
         update += ", rejection = :rejection"
         values[":rejection"] = rejection
@@ -233,8 +237,13 @@ def publish_release(
         },
         _fenced_upload_update(
             upload,
-            "SET #state = :published, reservedBytes = :zero, settledAt = :now",
-            {":published": str(UploadState.PUBLISHED), ":zero": 0, ":now": now},
+            "SET #state = :published, reservedBytes = :zero, settledAt = :now, expiresAt = :purge",
+            {
+                ":published": str(UploadState.PUBLISHED),
+                ":zero": 0,
+                ":now": now,
+                ":purge": now + SETTLED_UPLOAD_RETENTION,
+            },
             {},
         ),
         {
@@ -307,8 +316,13 @@ def settle_upload_as_duplicate(upload: Upload, now: int) -> None:
     settle_items = [
         _fenced_upload_update(
             upload,
-            "SET #state = :published, reservedBytes = :zero, settledAt = :now",
-            {":published": str(UploadState.PUBLISHED), ":zero": 0, ":now": now},
+            "SET #state = :published, reservedBytes = :zero, settledAt = :now, expiresAt = :purge",
+            {
+                ":published": str(UploadState.PUBLISHED),
+                ":zero": 0,
+                ":now": now,
+                ":purge": now + SETTLED_UPLOAD_RETENTION,
+            },
             {},
         )
     ]

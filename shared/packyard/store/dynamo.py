@@ -17,6 +17,8 @@ from packyard.errors import StoredItemInvalid, TransientStoreError
 from packyard.store.aws import client, error_code, is_transient
 
 SCHEMA_VERSION = 1
+# the table's TimeToLive attribute (epoch seconds): DynamoDB deletes the item some time after it passes
+TTL_ATTRIBUTE = "expiresAt"
 M = TypeVar("M", bound=BaseModel)
 
 _serializer: Any = None
@@ -80,7 +82,7 @@ def from_item(model: type[M], item: Mapping[str, Any]) -> M:
     version = values.pop("schemaVersion", None)
     if version != SCHEMA_VERSION:
         raise StoredItemInvalid(f"{model.__name__} item has schemaVersion {version!r}, expected {SCHEMA_VERSION}")
-    for attr in ("pk", "sk", "expiresAtTtl", "dueShard", "dueAt"):
+    for attr in ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt"):
         values.pop(attr, None)
     try:
         return model.model_validate(values)
