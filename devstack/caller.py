@@ -61,3 +61,51 @@ class Caller:
         if session.body["uploadRequired"]:
             self.put_archive(session.body, built.archive if archive is None else archive)
         return self.complete_and_wait(session.body["uploadId"])
+
+    # ---- installation operations ----
+
+    def installation_path(self, workspace: str, installation: str) -> str:
+        return f"/v1/workspaces/{workspace}/installations/{installation}"
+
+    def wait_settled(self, workspace: str, admitted: ApiResponse, timeout: float = 60) -> dict[str, Any]:
+        """Wait for the operation's execution to finish, then read the operation."""
+        assert admitted.status in (200, 202), admitted.body
+        op = admitted.body
+        if op["state"] != "settled":
+            stack = self.api.stack
+            machine = stack.state_machine_arns["InstallStateMachine"]
+            prefix, _, name = machine.partition(":stateMachine:")
+            attempt = op.get("attempt")
+            execution = op["operationId"] if not attempt else f"{op['operationId']}-{attempt}"
+            devstack.wait_for_execution(f"{prefix}:execution:{name}:{execution}", timeout=timeout)
+        final = self.get(f"/v1/workspaces/{workspace}/operations/{op['operationId']}")
+        assert final.status == 200, final.body
+        return final.body
+
+    def install(
+        self,
+        workspace: str,
+        installation: str,
+        package: str,
+        version: str,
+        *,
+        key: str,
+        if_match: str | None = None,
+        **body: Any,
+    ) -> ApiResponse:
+        headers = {"Idempotency-Key": key}
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        return self.put(
+            self.installation_path(workspace, installation),
+            {"package": package, "version": version, **body},
+            headers=headers,
+        )
+
+    def uninstall(self, workspace: str, installation: str, *, key: str, if_match: str | None = None) -> ApiResponse:
+        headers = {"Idempotency-Key": key, **({"If-Match": if_match} if if_match else {})}
+        return self.delete(self.installation_path(workspace, installation), headers=headers)
+
+    def rollback(self, workspace: str, installation: str, *, key: str, if_match: str | None = None) -> ApiResponse:
+        headers = {"Idempotency-Key": key, **({"If-Match": if_match} if if_match else {})}
+        return self.post(self.installation_path(workspace, installation) + "/rollback", headers=headers)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
-from packyard import releases
-from packyard.http import build_resolver, principal_of
+from packyard import operations, releases, workspaces
+from packyard.http import build_resolver, json_response, principal_of
+from packyard.installations import etag
 from packyard.observability import HTTP_CORRELATION, lambda_entry
 
 app = build_resolver()
@@ -42,6 +44,32 @@ def get_version(package: Annotated[str, Path()], version: Annotated[str, Path()]
 @app.get("/v1/packages/<package>/versions/<version>/archive", tags=["releases"])
 def get_archive(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> dict[str, Any]:
     return releases.archive_link(principal_of(app).tenant, package, version)
+
+
+@app.get("/v1/workspaces/<workspace>/installations", tags=["installations"])
+def list_installations(
+    workspace: Annotated[str, Path()], limit: PageSize = 50, cursor: Cursor = None
+) -> dict[str, Any]:
+    items, next_cursor = workspaces.list_installations(principal_of(app).tenant, workspace, limit, cursor)
+    return {"items": [i.to_api() for i in items], "nextCursor": next_cursor}
+
+
+@app.get("/v1/workspaces/<workspace>/installations/<installation_id>", tags=["installations"])
+def get_installation(
+    workspace: Annotated[str, Path()], installation_id: Annotated[str, Path()]
+) -> Response[dict[str, Any]]:
+    found = workspaces.get_installation(principal_of(app).tenant, workspace, installation_id)
+    return json_response(200, found.to_api(), headers={"ETag": etag(found.version)})
+
+
+@app.get("/v1/workspaces/<workspace>/operations/<operation_id>", tags=["installations"])
+def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str, Path()]) -> dict[str, Any]:
+    return operations.get_operation(principal_of(app).tenant, workspace, operation_id).to_api()
+
+
+@app.get("/v1/workspaces/<workspace>/resolved", tags=["installations"])
+def get_resolved(workspace: Annotated[str, Path()]) -> dict[str, Any]:
+    return workspaces.resolved(principal_of(app).tenant, workspace)
 
 
 @lambda_entry(HTTP_CORRELATION)

@@ -30,6 +30,9 @@ class Limits(BaseSettings):
     upload_ttl_seconds: int = Field(default=600, gt=0)
     reservation_ttl_seconds: int = Field(default=1800, gt=0)
     download_url_ttl_seconds: int = Field(default=300, gt=0)
+    operation_lease_seconds: int = Field(default=900, gt=0)
+    max_installations_per_workspace: int = Field(default=100, gt=0)
+    max_installations_per_task: int = Field(default=10, gt=0)
     tenant_quota_bytes: int = Field(default=10 * GiB, gt=0)
     workspace_quota_bytes: int = Field(default=2 * GiB, gt=0)
 

@@ -26,3 +26,24 @@ def parse_upload_task(event: dict[str, Any]) -> UploadTask:
         return UploadTask.model_validate(event)
     except ValidationError as exc:
         raise InvalidRequest(f"task input failed validation: {exc.error_count()} errors") from exc
+
+
+class OperationTask(BaseModel):
+    """What the install state machine carries, plus what earlier states added (plan, commit, error)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    tenant: str = Field(min_length=1)
+    workspace: str = Field(min_length=1)
+    installation_id: str = Field(alias="installationId", min_length=1)
+    operation_id: str = Field(alias="operationId", min_length=1)
+    plan: dict[str, Any] | None = None
+    commit: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+def parse_operation_task(event: dict[str, Any]) -> OperationTask:
+    try:
+        return OperationTask.model_validate(event)
+    except ValidationError as exc:
+        raise InvalidRequest(f"task input failed validation: {exc.error_count()} errors") from exc

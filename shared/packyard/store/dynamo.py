@@ -47,7 +47,20 @@ def dynamodb() -> Any:
 
 def marshal(values: Mapping[str, Any]) -> dict[str, Any]:
     serializer, _ = _codecs()
-    return {key: serializer.serialize(value) for key, value in values.items() if value is not None}
+    return {key: serializer.serialize(_numbers(value)) for key, value in values.items() if value is not None}
+
+
+def _numbers(value: Any) -> Any:
+    """DynamoDB numbers are decimals: floats (e.g. in an installation's config) go through their repr."""
+    from decimal import Decimal
+
+    if isinstance(value, float):
+        return Decimal(repr(value))
+    if isinstance(value, list):
+        return [_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _numbers(v) for k, v in value.items()}
+    return value
 
 
 def unmarshal(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -87,7 +100,26 @@ def from_item(model: type[M], item: Mapping[str, Any]) -> M:
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        raise StoredItemInvalid(f"stored {model.__name__} failed validation: {exc.error_count()} errors") from exc
+        fields = ", ".join(".".join(str(p) for p in e["loc"]) for e in exc.errors()[:5])
+        raise StoredItemInvalid(f"stored {model.__name__} failed validation at: {fields}") from exc
+
+
+def batch_get(keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Strongly consistent BatchGetItem of up to 100 keys of our table, in as few requests as DynamoDB allows."""
+    wanted = list(dict.fromkeys(keys))
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    request: dict[str, Any] = {table_name(): {"Keys": [key(pk, sk) for pk, sk in wanted], "ConsistentRead": True}}
+    for _ in range(8):
+        try:
+            response = dynamodb().batch_get_item(RequestItems=request)
+        except Exception as exc:
+            raise _translate(exc) from exc
+        for item in response.get("Responses", {}).get(table_name(), []):
+            found[(item["pk"]["S"], item["sk"]["S"])] = item
+        request = response.get("UnprocessedKeys") or {}
+        if not request:
+            return found
+    raise TransientStoreError("BatchGetItem kept returning unprocessed keys")
 
 
 def get(pk: str, sk: str, *, consistent: bool = True) -> dict[str, Any] | None:

@@ -1,0 +1,163 @@
+"""Installations: what a workspace has installed, and the pure rules that compute the next one (the plan).
+
+An installation is ``(tenant, workspace, installationId)``. Its ``version`` is bumped by every committed change and
+is the optimistic-concurrency token callers see as the ETag. Nothing here does I/O: planning is a pure function of
+the baseline row, the target release and the request, so preview, admission and the planning task agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from packyard.errors import InvalidRequest
+
+INSTALLATION_ID = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
+WORKSPACE_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
+
+
+def check_installation_id(value: str) -> str:
+    if not INSTALLATION_ID.match(value):
+        raise InvalidRequest(f"installation id {value!r} must be 1-64 chars of a-z, 0-9, '.', '_', '-'")
+    return value
+
+
+def check_workspace_id(value: str) -> str:
+    if not WORKSPACE_ID.match(value):
+        raise InvalidRequest(f"workspace id {value!r} must be 1-128 chars of letters, digits, '.', '_', '-'")
+    return value
+
+
+class ScopeKind(StrEnum):
+    WORKSPACE = "workspace"
+    TASK = "task"
+    SESSION = "session"
+    REPOSITORY = "repository"
+
+
+class Scope(BaseModel):
+    """Where an installation applies. ``workspace`` takes no id; the others take exactly one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: ScopeKind = ScopeKind.WORKSPACE
+    id: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
+
+    @model_validator(mode="after")
+    def _ids_match_kind(self) -> Scope:
+        if self.kind is ScopeKind.WORKSPACE and self.id is not None:
+            raise ValueError("a workspace scope takes no id")
+        if self.kind is not ScopeKind.WORKSPACE and self.id is None:
+            raise ValueError(f"a {self.kind} scope needs an id")
+        return self
+
+
+class InstallationStatus(StrEnum):
+    INSTALLING = "installing"
+    ACTIVE = "active"
+    NEEDS_ATTENTION = "needs_attention"
+    DISABLED = "disabled"
+    ARCHIVED = "archived"
+    REMOVED = "removed"
+    ERROR = "error"
+
+
+class Creation(StrEnum):
+    FRESH = "fresh"
+    REPLACEMENT = "replacement"
+    REMINTED = "reminted"
+
+
+class Grant(BaseModel):
+    """A permission granted to an installation: kind + resource, with where it came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["api_read", "api_write", "events", "state", "network"]
+    resource: str = "*"
+    origin: Literal["owner", "workflow"] = "owner"
+
+    def key(self) -> tuple[str, str]:
+        return (self.kind, self.resource)
+
+
+class ReleaseRef(BaseModel):
+    """The release an installation points at, pinned by digest so a runtime can verify what it loads."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    package: str
+    version: str
+    manifest_digest: str = Field(alias="manifestDigest")
+    archive_sha256: str = Field(alias="archiveSha256")
+    archive_size: int = Field(alias="archiveSize")
+
+
+class Installation(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    tenant: str
+    workspace: str
+    installation_id: str = Field(alias="installationId")
+    instance_id: str = Field(alias="instanceId")
+    version: int = Field(ge=1)
+    status: InstallationStatus
+    creation: Creation
+    package: str
+    release: ReleaseRef | None = None
+    previous: ReleaseRef | None = None
+    scope: Scope
+    grants: list[Grant] = Field(default_factory=list)
+    grant_generation: int = Field(default=0, alias="grantGeneration")
+    config: dict[str, Any] = Field(default_factory=dict)
+    last_operation_id: str = Field(alias="lastOperationId")
+    updated_at: int = Field(alias="updatedAt")
+
+    @property
+    def is_live(self) -> bool:
+        return self.status is not InstallationStatus.REMOVED
+
+    def to_api(self) -> dict[str, Any]:
+        body = self.model_dump(by_alias=True, mode="json", exclude={"tenant"})
+        body["etag"] = etag(self.version)
+        return body
+
+    def same_content(self, other: Installation) -> bool:
+        """Equal in everything a plan fixes, including which operation wrote it (an exact replay of a commit)."""
+        return (
+            plan_digest(self) == plan_digest(other)
+            and self.last_operation_id == other.last_operation_id
+            and self.instance_id == other.instance_id
+        )
+
+
+def etag(version: int) -> str:
+    return f'"{version}"'
+
+
+def plan_digest(installation: Installation) -> str:
+    """Digest of what a plan decides, independent of which operation carries it out (so a preview's digest
+    matches the admitted operation's plan when nothing changed in between)."""
+    fixed = installation.model_dump(
+        by_alias=True, mode="json", exclude={"updated_at", "last_operation_id", "instance_id"}
+    )
+    return hashlib.sha256(json.dumps(fixed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def next_grants(current: list[Grant], declared: list[dict[str, Any]], origin: str) -> list[Grant]:
+    """Owners grant what the release declares; a workflow may only keep (or narrow to) what is already granted."""
+    wanted = {(p["kind"], p.get("resource", "*")) for p in declared}
+    if origin == "owner":
+        return sorted((Grant(kind=k, resource=r, origin="owner") for k, r in wanted), key=lambda g: g.key())  # type: ignore[arg-type]
+    return sorted((g for g in current if g.key() in wanted), key=lambda g: g.key())
+
+
+def widens(current: list[Grant], declared: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Permissions the release declares that the installation has not been granted."""
+    granted = {g.key() for g in current}
+    return sorted({(p["kind"], p.get("resource", "*")) for p in declared} - granted)

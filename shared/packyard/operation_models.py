@@ -1,0 +1,159 @@
+"""Operations: one per ``(tenant, workspace, Idempotency-Key)``, moving admitted → planned → committed → settled
+(or pending when deferred). Every transition is a conditional write fenced by the operation's own ``version``."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from packyard.installations import Installation, ReleaseRef, Scope
+
+
+class OperationKind(StrEnum):
+    INSTALL = "install"
+    UPDATE = "update"
+    REPAIR = "repair"
+    UNINSTALL = "uninstall"
+    ROLLBACK = "rollback"
+
+
+class OperationState(StrEnum):
+    ADMITTED = "admitted"
+    PLANNED = "planned"
+    AWAITING_CONSENT = "awaiting_consent"
+    COMMITTED = "committed"
+    PENDING = "pending"
+    SETTLED = "settled"
+
+
+class Intent(StrEnum):
+    INSTALL_OR_SELECT = "install-or-select"
+    CREATE_ONLY = "create-only"
+    INSTALL_OR_REMINT = "install-or-remint"
+
+
+class Action(StrEnum):
+    """What the caller asked for, before the kind is derived from the installation's state."""
+
+    PUT = "put"
+    DELETE = "delete"
+    ROLLBACK = "rollback"
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    result: Literal["succeeded", "refused", "unconfirmed"]
+    status: int | None = None
+    code: str | None = None
+    detail: str | None = None
+
+
+class InstallRequest(BaseModel):
+    """Body of ``PUT /v1/workspaces/{ws}/installations/{id}`` (and of ``…/preview``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    package: str = Field(min_length=1, max_length=64)
+    version: str = Field(min_length=1, max_length=128)
+    scope: Scope = Field(default_factory=Scope)
+    config: dict[str, Any] = Field(default_factory=dict)
+    intent: Intent = Intent.INSTALL_OR_SELECT
+    origin: Literal["owner", "workflow"] = "owner"
+    plan_digest: str | None = Field(default=None, alias="planDigest", pattern=r"^[0-9a-f]{64}$")
+
+
+class ChangeRequest(BaseModel):
+    """Body of ``DELETE …/installations/{id}`` and ``POST …/rollback`` (optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    origin: Literal["owner", "workflow"] = "owner"
+    plan_digest: str | None = Field(default=None, alias="planDigest", pattern=r"^[0-9a-f]{64}$")
+
+
+class Operation(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    tenant: str
+    workspace: str
+    operation_id: str = Field(alias="operationId")
+    installation_id: str = Field(alias="installationId")
+    action: Action
+    kind: OperationKind
+    state: OperationState
+    version: int = Field(ge=1, description="fencing token: every write is conditional on it")
+    request_digest: str = Field(alias="requestDigest")
+    intent_digest: str = Field(alias="intentDigest")
+    intent: Intent = Intent.INSTALL_OR_SELECT
+    origin: Literal["owner", "workflow"] = "owner"
+    request: dict[str, Any] = Field(default_factory=dict)
+    baseline: Installation | None = None
+    target: ReleaseRef | None = None
+    target_permissions: list[dict[str, Any]] = Field(default_factory=list, alias="targetPermissions")
+    plan: Installation | None = None
+    outcome: Outcome | None = None
+    note: str | None = None
+    phase: str | None = None
+    error_code: str | None = Field(default=None, alias="errorCode", max_length=120)
+    attempt: int = 0
+    lease_until: int = Field(alias="leaseUntil")
+    created_at: int = Field(alias="createdAt")
+    updated_at: int = Field(alias="updatedAt")
+    settled_at: int | None = Field(default=None, alias="settledAt")
+    superseded_by: str | None = Field(default=None, alias="supersededBy")
+    supersedes: str | None = None
+
+    @property
+    def in_flight(self) -> bool:
+        return self.state is not OperationState.SETTLED
+
+    def execution_name(self) -> str:
+        return self.operation_id if self.attempt == 0 else f"{self.operation_id}-{self.attempt}"
+
+    def to_api(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "operationId": self.operation_id,
+            "workspace": self.workspace,
+            "installationId": self.installation_id,
+            "kind": str(self.kind),
+            "state": str(self.state),
+            "intent": str(self.intent),
+            "origin": self.origin,
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+        }
+        if self.target:
+            body["release"] = {"package": self.target.package, "version": self.target.version}
+        if self.plan:
+            body["installationVersion"] = self.plan.version
+        if self.outcome:
+            body["outcome"] = self.outcome.model_dump(exclude_none=True)
+        for name, value in (
+            ("note", self.note),
+            ("phase", self.phase),
+            ("errorCode", self.error_code),
+            ("settledAt", self.settled_at),
+            ("supersededBy", self.superseded_by),
+            ("supersedes", self.supersedes),
+        ):
+            if value is not None:
+                body[name] = value
+        body["links"] = {"self": f"/v1/workspaces/{self.workspace}/operations/{self.operation_id}"}
+        return body
+
+
+class Slot(BaseModel):
+    """The installation's single in-flight slot. ``claim`` counts claims, so a takeover is a compare-and-set."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    operation_id: str | None = Field(default=None, alias="operationId")
+    claim: int = 0
+    lease_until: int = Field(default=0, alias="leaseUntil")
+    intent_digest: str | None = Field(default=None, alias="intentDigest")
+    pending: bool = False
+    last_settled: str | None = Field(default=None, alias="lastSettled")
+    last_settled_at: int | None = Field(default=None, alias="lastSettledAt")

@@ -1,0 +1,406 @@
+"""DynamoDB items of a workspace: operations, installations, in-flight slots and installation counters.
+
+    operation      pk TENANT#<t>#WS#<ws>   sk OP#<operationId>
+    installation   pk TENANT#<t>#WS#<ws>   sk INST#<installationId>
+    slot           pk TENANT#<t>#WS#<ws>   sk SLOT#<installationId>     (one in-flight operation per installation)
+    counters       pk TENANT#<t>#WS#<ws>   sk COUNT#WORKSPACE | COUNT#TASK#<taskId>   (live installations)
+
+Every operation write is conditional on the operation's own ``version`` (and state): a stale worker's write fails
+and it learns ClaimLost. The slot carries a ``claim`` counter so taking it over is a compare-and-set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from packyard.errors import ClaimLost
+from packyard.installations import Installation
+from packyard.models import Release
+from packyard.operation_models import Operation, OperationState, Outcome, Slot
+from packyard.store import catalog, dynamo
+from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
+
+SETTLED_OPERATION_RETENTION = 90 * 24 * 3600
+
+
+def workspace_pk(tenant: str, workspace: str) -> str:
+    return f"TENANT#{tenant}#WS#{workspace}"
+
+
+def operation_key(tenant: str, workspace: str, operation_id: str) -> tuple[str, str]:
+    return workspace_pk(tenant, workspace), f"OP#{operation_id}"
+
+
+def installation_key(tenant: str, workspace: str, installation_id: str) -> tuple[str, str]:
+    return workspace_pk(tenant, workspace), f"INST#{installation_id}"
+
+
+def slot_key(tenant: str, workspace: str, installation_id: str) -> tuple[str, str]:
+    return workspace_pk(tenant, workspace), f"SLOT#{installation_id}"
+
+
+def counter_key(tenant: str, workspace: str, task_id: str | None = None) -> tuple[str, str]:
+    return workspace_pk(tenant, workspace), f"COUNT#TASK#{task_id}" if task_id else "COUNT#WORKSPACE"
+
+
+@dataclass(frozen=True)
+class AdmissionView:
+    """Everything admission decides on, read in one strongly consistent BatchGetItem."""
+
+    operation: Operation | None
+    installation: Installation | None
+    slot: Slot | None
+    workspace_count: int
+    task_count: int
+    release: Release | None
+
+
+def read_for_admission(
+    tenant: str,
+    workspace: str,
+    installation_id: str,
+    operation_id: str,
+    release: tuple[str, str] | None,
+    task_id: str | None,
+) -> AdmissionView:
+    keys = {
+        "operation": operation_key(tenant, workspace, operation_id),
+        "installation": installation_key(tenant, workspace, installation_id),
+        "slot": slot_key(tenant, workspace, installation_id),
+        "workspace_count": counter_key(tenant, workspace),
+    }
+    if task_id:
+        keys["task_count"] = counter_key(tenant, workspace, task_id)
+    if release:
+        keys["release"] = catalog.release_key(tenant, *release)
+    found = dynamo.batch_get(list(keys.values()))
+
+    def item(name: str) -> dict[str, Any] | None:
+        return found.get(keys[name]) if name in keys else None
+
+    def count(name: str) -> int:
+        raw = item(name)
+        return int(dynamo.unmarshal(raw).get("n", 0)) if raw else 0
+
+    op, inst, slot, rel = item("operation"), item("installation"), item("slot"), item("release")
+    return AdmissionView(
+        operation=from_item(Operation, op) if op else None,
+        installation=from_item(Installation, inst) if inst else None,
+        slot=_slot(slot) if slot else None,
+        workspace_count=count("workspace_count"),
+        task_count=count("task_count"),
+        release=from_item(Release, rel) if rel else None,
+    )
+
+
+def _slot(item: dict[str, Any]) -> Slot:
+    values = dynamo.unmarshal(item)
+    for attr in ("pk", "sk", "schemaVersion"):
+        values.pop(attr, None)
+    return Slot.model_validate(values)
+
+
+def get_operation(tenant: str, workspace: str, operation_id: str) -> Operation | None:
+    item = dynamo.get(*operation_key(tenant, workspace, operation_id))
+    return from_item(Operation, item) if item else None
+
+
+def get_installation(
+    tenant: str, workspace: str, installation_id: str, *, consistent: bool = True
+) -> Installation | None:
+    item = dynamo.get(*installation_key(tenant, workspace, installation_id), consistent=consistent)
+    return from_item(Installation, item) if item else None
+
+
+def get_slot(tenant: str, workspace: str, installation_id: str) -> Slot | None:
+    item = dynamo.get(*slot_key(tenant, workspace, installation_id))
+    return _slot(item) if item else None
+
+
+def read_operation_and_slot(
+    tenant: str, workspace: str, installation_id: str, operation_id: str
+) -> tuple[Operation | None, Slot | None]:
+    okey = operation_key(tenant, workspace, operation_id)
+    skey = slot_key(tenant, workspace, installation_id)
+    found = dynamo.batch_get([okey, skey])
+    return (
+        from_item(Operation, found[okey]) if okey in found else None,
+        _slot(found[skey]) if skey in found else None,
+    )
+
+
+def list_installations(
+    tenant: str, workspace: str, *, limit: int, cursor: dict[str, Any] | None
+) -> tuple[list[Installation], Any]:
+    items, last = dynamo.query(workspace_pk(tenant, workspace), prefix="INST#", limit=limit, cursor=cursor)
+    return [from_item(Installation, item) for item in items], last
+
+
+# ---- transaction items ---------------------------------------------------------------------------------------------
+
+
+def _put_operation(op: Operation, *, new: bool, expected_version: int | None = None) -> dict[str, Any]:
+    pk, sk = operation_key(op.tenant, op.workspace, op.operation_id)
+    put: dict[str, Any] = {"TableName": table_name(), "Item": to_item(pk, sk, op)}
+    if new:
+        put["ConditionExpression"] = "attribute_not_exists(pk)"
+        put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    else:
+        put["ConditionExpression"] = "version = :v AND #state <> :settled"
+        put["ExpressionAttributeNames"] = {"#state": "state"}
+        put["ExpressionAttributeValues"] = marshal({":v": expected_version, ":settled": str(OperationState.SETTLED)})
+        put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    return {"Put": put}
+
+
+def _slot_item(op: Operation, slot: Slot) -> dict[str, Any]:
+    pk, sk = slot_key(op.tenant, op.workspace, op.installation_id)
+    values = slot.model_dump(by_alias=True, mode="json", exclude_none=True)
+    values.update(pk=pk, sk=sk)
+    return marshal(values)
+
+
+def _claim_slot(op: Operation, observed: Slot | None, new: Slot) -> dict[str, Any]:
+    """Take the slot if it is still as observed (free, or held by the operation we supersede)."""
+    put: dict[str, Any] = {"TableName": table_name(), "Item": _slot_item(op, new)}
+    if observed is None:
+        put["ConditionExpression"] = "attribute_not_exists(pk)"
+    else:
+        put["ConditionExpression"] = "claim = :claim"
+        put["ExpressionAttributeValues"] = marshal({":claim": observed.claim})
+    put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    return {"Put": put}
+
+
+def _held_slot(op: Operation, update: str, values: dict[str, Any]) -> dict[str, Any]:
+    pk, sk = slot_key(op.tenant, op.workspace, op.installation_id)
+    return {
+        "Update": {
+            "TableName": table_name(),
+            "Key": key(pk, sk),
+            "UpdateExpression": update,
+            "ConditionExpression": "operationId = :op",
+            "ExpressionAttributeValues": marshal({":op": op.operation_id, **values}),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def _installation_is(tenant: str, workspace: str, installation_id: str, version: int | None) -> dict[str, Any]:
+    pk, sk = installation_key(tenant, workspace, installation_id)
+    check: dict[str, Any] = {"TableName": table_name(), "Key": key(pk, sk)}
+    if version is None:
+        check["ConditionExpression"] = "attribute_not_exists(pk)"
+    else:
+        check["ConditionExpression"] = "version = :v"
+        check["ExpressionAttributeValues"] = marshal({":v": version})
+    return {"ConditionCheck": check}
+
+
+def _supersede(tenant: str, workspace: str, operation_id: str, by: str, now: int) -> dict[str, Any]:
+    pk, sk = operation_key(tenant, workspace, operation_id)
+    outcome = Outcome(result="unconfirmed", code="cancelled", detail=f"superseded by {by}")
+    return {
+        "Update": {
+            "TableName": table_name(),
+            "Key": key(pk, sk),
+            "UpdateExpression": "SET #state = :settled, outcome = :outcome, supersededBy = :by, settledAt = :now, "
+            "updatedAt = :now, expiresAt = :purge ADD version :one",
+            "ConditionExpression": "attribute_exists(pk) AND #state <> :settled",
+            "ExpressionAttributeNames": {"#state": "state"},
+            "ExpressionAttributeValues": marshal(
+                {
+                    ":settled": str(OperationState.SETTLED),
+                    ":outcome": outcome.model_dump(exclude_none=True),
+                    ":by": by,
+                    ":now": now,
+                    ":purge": now + SETTLED_OPERATION_RETENTION,
+                    ":one": 1,
+                }
+            ),
+        }
+    }
+
+
+def _count(tenant: str, workspace: str, task_id: str | None, delta: int, limit: int) -> dict[str, Any]:
+    pk, sk = counter_key(tenant, workspace, task_id)
+    update: dict[str, Any] = {
+        "TableName": table_name(),
+        "Key": key(pk, sk),
+        "UpdateExpression": "ADD n :delta",
+        "ExpressionAttributeValues": marshal({":delta": delta}),
+    }
+    if delta > 0:
+        update["ConditionExpression"] = "attribute_not_exists(n) OR n <= :room"
+        update["ExpressionAttributeValues"] = marshal({":delta": delta, ":room": limit - delta})
+    return {"Update": update}
+
+
+# ---- writes ----------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdmissionConflict:
+    existing_operation: Operation | None
+    slot_changed: bool
+    installation_changed: bool
+
+
+def admit(
+    op: Operation,
+    *,
+    observed_slot: Slot | None,
+    claimed_slot: Slot | None,
+    baseline_version: int | None,
+    superseding: str | None,
+    now: int,
+) -> AdmissionConflict | None:
+    """Record the operation and claim the slot (superseding its holder if given), in one transaction, conditional
+    on the installation still being at the baseline version. ``claimed_slot`` None: the operation takes no slot
+    (it was settled at admission)."""
+    items = [_put_operation(op, new=True)]
+    if claimed_slot is not None:
+        items.append(_claim_slot(op, observed_slot, claimed_slot))
+        items.append(_installation_is(op.tenant, op.workspace, op.installation_id, baseline_version))
+        if superseding:
+            items.append(_supersede(op.tenant, op.workspace, superseding, op.operation_id, now))
+    try:
+        transact(items)
+    except TransactionCancelled as cancelled:
+        old = cancelled.old_item(0) if cancelled.failed(0) else None
+        return AdmissionConflict(
+            existing_operation=from_item(Operation, old) if old else None,
+            slot_changed=cancelled.failed(1) or (superseding is not None and cancelled.failed(3)),
+            installation_changed=cancelled.failed(2),
+        )
+    return None
+
+
+def transition(op: Operation, updated: Operation, slot_update: tuple[str, dict[str, Any]] | None = None) -> Operation:
+    """Write ``updated`` over ``op``, fenced by op.version (and by holding the slot when ``slot_update`` is given)."""
+    items = [_put_operation(updated, new=False, expected_version=op.version)]
+    if slot_update is not None:
+        items.append(_held_slot(op, *slot_update))
+    try:
+        transact(items)
+    except TransactionCancelled as cancelled:
+        raise ClaimLost(f"operation {op.operation_id} lost its claim (version {op.version})") from cancelled
+    return updated
+
+
+@dataclass(frozen=True)
+class CommitConflict:
+    operation_changed: bool
+    installation_changed: bool
+    limit_reached: bool
+    slot_lost: bool
+
+
+def commit(
+    op: Operation,
+    committed: Operation,
+    plan: Installation,
+    *,
+    baseline_version: int | None,
+    counts: list[tuple[str | None, int, int]],
+    lease_until: int,
+) -> CommitConflict | None:
+    """Compare-and-put the planned installation on the baseline version, with the operation's transition, the slot
+    (still ours; lease renewed) and the live-installation counters, in one transaction."""
+    ipk, isk = installation_key(plan.tenant, plan.workspace, plan.installation_id)
+    put_installation: dict[str, Any] = {"TableName": table_name(), "Item": to_item(ipk, isk, plan)}
+    if baseline_version is None:
+        put_installation["ConditionExpression"] = "attribute_not_exists(pk)"
+    else:
+        put_installation["ConditionExpression"] = "version = :v"
+        put_installation["ExpressionAttributeValues"] = marshal({":v": baseline_version})
+    items: list[dict[str, Any]] = [
+        {"Put": put_installation},
+        _put_operation(committed, new=False, expected_version=op.version),
+        _held_slot(op, "SET leaseUntil = :lease", {":lease": lease_until}),
+    ]
+    items.extend(_count(plan.tenant, plan.workspace, task, delta, limit) for task, delta, limit in counts)
+    try:
+        transact(items)
+    except TransactionCancelled as cancelled:
+        return CommitConflict(
+            installation_changed=cancelled.failed(0),
+            operation_changed=cancelled.failed(1),
+            slot_lost=cancelled.failed(2),
+            limit_reached=any(cancelled.failed(i) for i in range(3, len(items))),
+        )
+    return None
+
+
+def settle(
+    op: Operation,
+    settled: Operation,
+    *,
+    slot: Slot | None,
+    confirm_installation: tuple[int, str] | None,
+) -> bool:
+    """Write the terminal outcome and free the slot; with ``confirm_installation`` (version, operation id) only if
+    the committed row still is what this operation planned. The previously settled operation of the installation
+    starts its retention clock. Returns False if the installation check failed (nothing written)."""
+    items = [_put_operation(settled, new=False, expected_version=op.version)]
+    holds_slot = slot is not None and slot.operation_id == op.operation_id
+    if holds_slot:
+        assert slot is not None
+        items.append(
+            _held_slot(
+                op,
+                "SET lastSettled = :op, lastSettledAt = :now, pending = :false ADD claim :one REMOVE operationId",
+                {":now": settled.settled_at, ":false": False, ":one": 1},
+            )
+        )
+        if slot.last_settled and slot.last_settled != op.operation_id and slot.last_settled_at is not None:
+            pk, sk = operation_key(op.tenant, op.workspace, slot.last_settled)
+            items.append(
+                {
+                    "Update": {
+                        "TableName": table_name(),
+                        "Key": key(pk, sk),
+                        "UpdateExpression": "SET expiresAt = :purge",
+                        "ConditionExpression": "attribute_exists(pk)",
+                        "ExpressionAttributeValues": marshal(
+                            {":purge": slot.last_settled_at + SETTLED_OPERATION_RETENTION}
+                        ),
+                    }
+                }
+            )
+    if confirm_installation is not None:
+        version, operation_id = confirm_installation
+        pk, sk = installation_key(op.tenant, op.workspace, op.installation_id)
+        items.append(
+            {
+                "ConditionCheck": {
+                    "TableName": table_name(),
+                    "Key": key(pk, sk),
+                    "ConditionExpression": "version = :v AND lastOperationId = :op",
+                    "ExpressionAttributeValues": marshal({":v": version, ":op": operation_id}),
+                }
+            }
+        )
+    try:
+        transact(items)
+    except TransactionCancelled as cancelled:
+        if cancelled.failed(0) or (holds_slot and cancelled.failed(1)):
+            raise ClaimLost(f"operation {op.operation_id} lost its claim while settling") from cancelled
+        if confirm_installation is not None and cancelled.failed(len(items) - 1):
+            return False
+        raise ClaimLost(f"operation {op.operation_id}: retention update raced") from cancelled
+    return True
+
+
+def defer(op: Operation, deferred: Operation, lease_until: int) -> Operation:
+    """Park the operation as pending (its slot says so, so another request may supersede it)."""
+    return transition(
+        op, deferred, ("SET pending = :true, leaseUntil = :lease", {":true": True, ":lease": lease_until})
+    )
+
+
+def resume(op: Operation, resumed: Operation, lease_until: int) -> Operation:
+    return transition(
+        op, resumed, ("SET pending = :false, leaseUntil = :lease", {":false": False, ":lease": lease_until})
+    )
