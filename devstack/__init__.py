@@ -24,7 +24,7 @@ from moto import mock_aws
 from moto.core.config import default_user_config
 from moto.core.models import botocore_stubber
 
-from devstack import faults, lambdas
+from devstack import faults, lambdas, serializable
 from devstack.counting import RequestCounter, count_aws_requests, observe
 from devstack.sfn import (
     RetryClock,
@@ -136,6 +136,7 @@ def start_local_aws(
     try:
         set_env({**FAKE_CREDENTIALS, "AWS_DEFAULT_REGION": region})
         stack = create_stack(template, region=region, stack_name=stack_name, parameters=parameters)
+        serializable.install()
         lambdas.install(stack, extra_functions)
         clock = install_retry_clock(retry_wait_scale)
         install_execution_names()

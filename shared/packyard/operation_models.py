@@ -122,6 +122,7 @@ class Operation(BaseModel):
             "state": str(self.state),
             "intent": str(self.intent),
             "origin": self.origin,
+            "attempt": self.attempt,
             "createdAt": self.created_at,
             "updatedAt": self.updated_at,
         }

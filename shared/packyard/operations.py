@@ -305,7 +305,9 @@ def _new_operation(
             outcome = Outcome(result="succeeded", code="not_installed")
     else:
         kind, intent, origin = OperationKind.ROLLBACK, Intent.INSTALL_OR_SELECT, body.origin
-        if not live or current is None or current.previous is None:
+        if not live or current is None:
+            raise NotFound(f"installation {installation_id} not found in workspace {workspace_id}")
+        if current.previous is None:
             raise ReleaseUnavailable(f"installation {installation_id} has no previous release to roll back to")
         release = _usable(view.release, current.previous.package, current.previous.version)
         target, permissions = _ref(release), release.permissions

@@ -1,0 +1,125 @@
+"""Crash after every AWS call of every installation handler, then retry: every run converges.
+
+Tasks are invoked directly (what Step Functions does on Retry, without its real waits); the admission crash is
+followed by the client resending the same request with the same Idempotency-Key. After convergence: one operation
+per key, settled succeeded, exactly one version bump, the installation equal to the plan, the slot free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import boto3
+import pytest
+
+from devstack import lambdas
+from devstack.faults import InjectedCrash, crash_after
+from packyard.store import workflows
+from packyard_cli.build import build_from_files
+
+WS = "ws-crash"
+MAX_CALLS = 30
+TASKS = ("PlanningFunction", "CommitFunction", "SettlementFunction")
+
+
+@pytest.fixture
+def started(monkeypatch):
+    calls: list[dict] = []
+    monkeypatch.setattr(workflows, "start", lambda arn, name, payload: calls.append(payload) or name)
+    return calls
+
+
+@pytest.fixture
+def published(acme):
+    acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"one\n"}))
+    acme.publish("hello", "2.0.0", build_from_files({"SKILL.md": b"two\n"}))
+    return acme
+
+
+def _run_tasks(stack, event, crash_in: str | None = None, k: int = 0):
+    """Plan → Commit → Settle, crashing once in ``crash_in`` after its k-th AWS call, then retrying it."""
+    crashed = False
+    for name in TASKS:
+        spec = stack.functions[name]
+        if name == crash_in:
+            with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
+                result = lambdas.invoke_handler(spec, event)
+                _store(event, name, result)
+            crashed = plan.crashed
+            if crashed:
+                result = lambdas.invoke_handler(spec, event)  # Step Functions' Retry
+                _store(event, name, result)
+        else:
+            _store(event, name, lambdas.invoke_handler(spec, event))
+    return crashed
+
+
+def _store(event, name, result):
+    if name == "PlanningFunction":
+        event["plan"] = result
+    elif name == "CommitFunction":
+        event["commit"] = result
+
+
+def _slot(stack, installation):
+    item = (
+        boto3.client("dynamodb", region_name=stack.region)
+        .get_item(
+            TableName=stack.table_name,
+            Key={"pk": {"S": f"TENANT#t-acme#WS#{WS}"}, "sk": {"S": f"SLOT#{installation}"}},
+            ConsistentRead=True,
+        )
+        .get("Item")
+    )
+    return item
+
+
+def _assert_converged(acme, stack, installation, op_id, version, release):
+    op = acme.get(f"/v1/workspaces/{WS}/operations/{op_id}").body
+    assert (op["state"], op["outcome"]) == ("settled", {"result": "succeeded"})
+    inst = acme.get(f"/v1/workspaces/{WS}/installations/{installation}").body
+    assert (inst["version"], inst["release"]["version"], inst["lastOperationId"]) == (version, release, op_id)
+    assert "operationId" not in _slot(stack, installation)
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_each_install_task_converges_after_a_crash_at_every_call(published, stack, started, task):
+    for k in range(1, MAX_CALLS):
+        installation = f"{task.lower()[:4]}-{k}"
+        admitted = published.install(WS, installation, "hello", "1.0.0", key=f"{task}-{k}")
+        assert admitted.status == 202
+        crashed = _run_tasks(stack, dict(started[-1]), crash_in=task, k=k)
+
+        _assert_converged(published, stack, installation, admitted.body["operationId"], 1, "1.0.0")
+        if not crashed:
+            break
+    assert k > 2, f"{task} made suspiciously few AWS calls"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_update_task_crash_never_double_bumps(published, stack, started, task):
+    for k in range(1, MAX_CALLS):
+        installation = f"up-{task.lower()[:4]}-{k}"
+        published.install(WS, installation, "hello", "1.0.0", key=f"i-{task}-{k}")
+        _run_tasks(stack, dict(started[-1]))
+        admitted = published.install(WS, installation, "hello", "2.0.0", key=f"u-{task}-{k}", if_match='"1"')
+        crashed = _run_tasks(stack, dict(started[-1]), crash_in=task, k=k)
+
+        _assert_converged(published, stack, installation, admitted.body["operationId"], 2, "2.0.0")
+        if not crashed:
+            break
+
+
+def test_admission_crash_then_client_resend_converges(published, stack, started):
+    for k in range(1, MAX_CALLS):
+        installation = f"adm-{k}"
+        with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
+            published.install(WS, installation, "hello", "1.0.0", key=f"adm-{k}")
+        resent = published.install(WS, installation, "hello", "1.0.0", key=f"adm-{k}")
+        assert resent.status == 202, resent.body
+        _run_tasks(stack, dict(started[-1]))
+
+        _assert_converged(published, stack, installation, resent.body["operationId"], 1, "1.0.0")
+        if not plan.crashed:
+            break
+    assert k > 1
