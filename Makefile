@@ -5,18 +5,21 @@ BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo serve test test-fast lint format bench validate clean
+.PHONY: help demo serve openapi test test-fast lint format bench validate clean
 
 help:
-	@echo "make demo      publish a package and show a rejection, locally on moto (no AWS account)"
+	@echo "make demo      the CLI journey against the local stack (publish, rejection, installs), no AWS account"
+	@echo "make serve     the local stack on 127.0.0.1 (API :8787, moto :4566); Ctrl-C stops it"
+	@echo "make openapi   regenerate docs/openapi.json from the handlers"
 	@echo "make test      unit + integration (+ e2e) tests"
 	@echo "make bench     print benchmark figures"
 	@echo "make lint      ruff + mypy"
 	@echo "make validate  cfn-lint and sam validate --lint on template.yaml"
 
-$(STAMP): requirements.lock
+$(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
 $(SAM_VENV)/.installed: requirements-sam.lock
@@ -27,8 +30,17 @@ $(SAM_VENV)/.installed: requirements-sam.lock
 demo: $(STAMP)
 	$(BIN)/python -m devstack.demo
 
+# API_PORT / AWS_PORT override the ports, e.g. make serve API_PORT=9000
+API_PORT ?= 8787
+AWS_PORT ?= 4566
+serve: $(STAMP)
+	$(BIN)/packyard local --api-port $(API_PORT) --aws-port $(AWS_PORT)
+
+openapi: $(STAMP)
+	$(BIN)/python -m devstack.openapi --write
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
@@ -51,4 +63,4 @@ validate: $(STAMP) $(SAM_VENV)/.installed
 	$(SAM_VENV)/bin/sam validate --lint --region us-east-1
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local

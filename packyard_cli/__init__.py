@@ -1,1 +1,3 @@
-"""The ``packyard`` client side: building deterministic archives and manifests, and (later) the CLI."""
+"""The ``packyard`` client side: the CLI (``packyard_cli.main``) and deterministic package builds."""
+
+__version__ = "0.1.0"

@@ -124,11 +124,12 @@ def admit(
     check_installation_id(installation_id)
     key = check_idempotency_key(idempotency_key)
     expected_version = parse_if_match(if_match)
+    # If-Match is a precondition, not part of what is asked: a resend after the commit (when the caller now knows a
+    # newer version) is still the same request and replays the same operation.
     request = {
         "action": str(action),
         "installationId": installation_id,
         "body": body.model_dump(by_alias=True, mode="json", exclude_none=True),
-        "ifMatch": expected_version,
     }
     request_digest = _digest(request)
     operation_id = operation_id_for(tenant, workspace_id, key)

@@ -1,0 +1,327 @@
+"""``packyard local`` / ``make serve``: the whole system on 127.0.0.1, as API Gateway and AWS would serve it.
+
+* moto as a server (S3, DynamoDB, Step Functions, Lambda, …) on ``--aws-port``; the stack's table, bucket and
+  state machines are created on it from template.yaml; executions run on moto's ASL interpreter and their Lambda
+  tasks are dispatched in-process to ``functions/*`` (:mod:`devstack.lambdas`);
+* the handlers' boto3 clients reach that server through ``AWS_ENDPOINT_URL``, so presigned upload and download
+  URLs point at it too and work with any HTTP client;
+* the HTTP API on ``--api-port`` (:mod:`devstack.server`): JWT checked with the local key, v2 events, the
+  handlers' responses unchanged, plus ``/openapi.json`` and ``/docs``.
+
+Both ports are bound before anything else starts, so a port in use is a one-line message and exit code 2.
+Ctrl-C (SIGINT) or SIGTERM stops both servers and removes the state file.
+
+Run with ``python -m devstack.local`` or ``packyard local`` (same options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from devstack import FAKE_CREDENTIALS
+from packyard_cli import tokens
+from packyard_cli.ports import PortInUse, Sockets, add_local_arguments, bind_ports
+
+__all__ = ["LocalStack", "PortInUse", "bind_ports", "exit_now", "main", "serve", "start"]
+
+EXIT_PORT_IN_USE = 2
+
+
+@dataclass
+class LocalStack:
+    """A running local stack. Create it with :func:`start`; stop it with :meth:`stop`."""
+
+    host: str
+    api_url: str
+    aws_url: str
+    state_dir: Path
+    stack: Any  # devstack.template.Stack
+    _stoppers: list[Callable[[], None]] = field(default_factory=list)
+    _stopped: bool = False
+
+    def cli_environment(self) -> str:
+        """What a shell needs so the CLI finds this stack (nothing when it uses the default state dir)."""
+        return "" if self.state_dir == tokens.state_dir() else f"PACKYARD_LOCAL_DIR={self.state_dir} "
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for stop in reversed(self._stoppers):
+            with contextlib.suppress(Exception):
+                stop()
+
+
+def _quiet_loggers(verbose: bool) -> None:
+    werkzeug = logging.getLogger("werkzeug")  # moto's server logs every AWS call at INFO
+    werkzeug.setLevel(logging.INFO if verbose else logging.WARNING)
+    if not werkzeug.handlers:
+        werkzeug.addHandler(logging.StreamHandler() if verbose else logging.NullHandler())
+
+
+def _set_env(values: dict[str, str], saved: dict[str, str | None]) -> None:
+    for key, value in values.items():
+        saved.setdefault(key, os.environ.get(key))
+        os.environ[key] = value
+
+
+def _restore_env(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _reset_packyard_caches() -> None:
+    # Settings and boto3 clients cached before the environment pointed at this stack must be forgotten.
+    for module_name, function in (("packyard.config", "reset"), ("packyard.store.aws", "reset_clients")):
+        module = sys.modules.get(module_name)
+        if module is None:
+            with contextlib.suppress(ModuleNotFoundError):
+                module = importlib.import_module(module_name)
+        reset = getattr(module, function, None)
+        if callable(reset):
+            reset()
+
+
+def start(
+    sockets: Sockets,
+    *,
+    state_dir: str | Path | None = None,
+    region: str = "us-east-1",
+    log_level: str = "WARNING",
+    verbose: bool = False,
+    retry_wait_scale: float = 1.0,
+    log: Callable[[str], None] | None = None,
+) -> LocalStack:
+    """Start moto on ``sockets.aws``, create the stack, start the HTTP API on ``sockets.api``.
+
+    Changes this process's environment (restored by :meth:`LocalStack.stop`): handlers run in it. Once per
+    process: moto's backends are process-wide, so a second stack here would find the first one's table.
+    """
+    from moto.core.config import default_user_config
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    from devstack import lambdas, serializable
+    from devstack.api import LocalApi
+    from devstack.openapi import generate
+    from devstack.server import LocalApiServer
+    from devstack.sfn import (
+        install_execution_names,
+        install_retry_clock,
+        uninstall_execution_names,
+        uninstall_retry_clock,
+    )
+    from devstack.template import create_stack
+
+    stoppers: list[Callable[[], None]] = []
+    saved_env: dict[str, str | None] = {}
+    host, aws_port = sockets.aws.getsockname()[:2]
+    api_port = sockets.api.getsockname()[1]
+    aws_url, api_url = f"http://{host}:{aws_port}", f"http://{host}:{api_port}"
+    directory = tokens.state_dir(state_dir)
+
+    def stop_all() -> None:
+        for stop in reversed(stoppers):
+            with contextlib.suppress(Exception):
+                stop()
+
+    try:
+        _quiet_loggers(verbose)
+        if not verbose:
+            # every request flushes the (disabled) metrics; Powertools warns each time there were none
+            warnings.filterwarnings("ignore", message="No application metrics to publish")
+        key = tokens.load_or_create_key(directory)
+        _set_env(
+            {
+                **FAKE_CREDENTIALS,
+                "AWS_DEFAULT_REGION": region,
+                # boto3 (handlers, this process) and moto's ASL interpreter both reach the local server
+                "AWS_ENDPOINT_URL": aws_url,
+                "MOTO_PORT": str(aws_port),
+            },
+            saved_env,
+        )
+        stoppers.append(lambda: _restore_env(saved_env))
+        previous_sfn_config = default_user_config.get("stepfunctions")
+        default_user_config["stepfunctions"] = {**(previous_sfn_config or {}), "execute_state_machine": True}
+        stoppers.append(lambda: default_user_config.__setitem__("stepfunctions", previous_sfn_config or {}))
+
+        # moto's ThreadedMotoServer, but on the socket bound above (it would hang on a port in use)
+        moto_server = make_server(
+            host,
+            aws_port,
+            DomainDispatcherApplication(create_backend_app),
+            threaded=True,
+            request_handler=MotoRequestHandler,
+            fd=sockets.aws.fileno(),
+        )
+        sockets.aws.close()  # the server holds its own duplicate of the descriptor
+        moto_thread = threading.Thread(target=moto_server.serve_forever, args=(0.1,), name="moto-server", daemon=True)
+        moto_thread.start()
+        stoppers.append(moto_server.server_close)
+        stoppers.append(moto_server.shutdown)
+
+        stack = create_stack(region=region, endpoint_url=aws_url)
+        serializable.install()  # DynamoDB's own atomicity, which moto's server threads would not give
+        stoppers.append(serializable.uninstall)
+        lambdas.install(stack)
+        stoppers.append(lambdas.uninstall)
+        install_retry_clock(retry_wait_scale)
+        stoppers.append(uninstall_retry_clock)
+        install_execution_names()
+        stoppers.append(uninstall_execution_names)
+        _set_env(stack.environment(), saved_env)
+        # The template's INFO logs and EMF metrics per request would drown the access log.
+        _set_env({"POWERTOOLS_LOG_LEVEL": log_level.upper()}, saved_env)
+        if not verbose:
+            _set_env({"POWERTOOLS_METRICS_DISABLED": "true"}, saved_env)
+        _reset_packyard_caches()
+        stoppers.append(_reset_packyard_caches)
+
+        api_server = LocalApiServer(
+            sockets.api,
+            LocalApi(stack),
+            key,
+            openapi=lambda: generate(server_url=api_url),
+            log=log,
+        )
+        api_thread = threading.Thread(target=api_server.serve_forever, args=(0.1,), name="packyard-api", daemon=True)
+        api_thread.start()
+        # Build the OpenAPI document now, in the background: it imports the handlers' code, so the first API
+        # request does not pay for those imports.
+        threading.Thread(target=api_server.openapi_document, name="packyard-warmup", daemon=True).start()
+        stoppers.append(api_server.server_close)
+        stoppers.append(api_server.shutdown)
+
+        tokens.write_state(
+            directory,
+            {
+                "pid": os.getpid(),
+                "api": api_url,
+                "aws": aws_url,
+                "issuer": tokens.ISSUER,
+                "audience": tokens.AUDIENCE,
+                "bucket": stack.bucket_name,
+                "table": stack.table_name,
+                "startedAt": int(time.time()),
+            },
+        )
+        pid = os.getpid()
+        stoppers.append(lambda: tokens.clear_state(directory, pid))
+    except BaseException:
+        stop_all()
+        sockets.close()
+        raise
+    return LocalStack(host=host, api_url=api_url, aws_url=aws_url, state_dir=directory, stack=stack, _stoppers=stoppers)
+
+
+# ------------------------------------------------------------------ the command
+
+
+def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
+    """Run until SIGINT/SIGTERM. Returns the process exit code."""
+    from rich.console import Console
+
+    from devstack import lambdas
+
+    console = Console(stderr=True, highlight=False)
+    if sockets is None:
+        try:
+            sockets = bind_ports(args.host, args.api_port, args.aws_port)
+        except PortInUse as exc:
+            print(f"packyard local: {exc}", file=sys.stderr)
+            return EXIT_PORT_IN_USE
+
+    stop_requested = threading.Event()
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        stop_requested.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    started = time.monotonic()
+    try:
+        with console.status("starting the local stack (moto, resources from template.yaml, handlers)…"):
+            stack = start(
+                sockets,
+                state_dir=args.state_dir,
+                log_level=args.log_level,
+                verbose=args.verbose,
+                log=lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True),
+            )
+    except Exception as exc:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if args.verbose:
+            console.print_exception()
+        print(
+            f"packyard local: could not start the stack: {type(exc).__name__}: {exc}"
+            + ("" if args.verbose else " (--verbose shows the traceback)"),
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        console.print(
+            f"[bold green]Packyard local stack ready[/] in {time.monotonic() - started:.1f}s\n"
+            f"  HTTP API     [bold]{stack.api_url}[/]   (JWT: RS256, iss {tokens.ISSUER}, aud {tokens.AUDIENCE})\n"
+            f"  OpenAPI      {stack.api_url}/openapi.json\n"
+            f"  Swagger UI   {stack.api_url}/docs\n"
+            f"  AWS (moto)   {stack.aws_url}   (S3, DynamoDB, Step Functions, Lambda; presigned URLs point here)\n"
+            f"  table        {stack.stack.table_name}\n"
+            f"  bucket       {stack.stack.bucket_name}\n"
+            f"  state dir    {stack.state_dir}\n"
+            f"  the CLI:     [bold]{stack.cli_environment()}packyard releases[/]  (finds this stack, mints a token)\n"
+            f"  a token:     [bold]{stack.cli_environment()}packyard token --tenant local --subject me[/]\n"
+            f'  curl:        curl -H "Authorization: Bearer $({stack.cli_environment()}packyard token)" '
+            f"{stack.api_url}/v1/packages\n"
+            "Ctrl-C stops it.",
+            soft_wrap=True,
+        )
+        if not sys.stderr.isatty():
+            print(f"READY {stack.api_url} {stack.aws_url}", file=sys.stderr, flush=True)
+        while not stop_requested.wait(0.5):
+            lambdas.clear_invocations()  # kept for tests' assertions; a long-running server must not hoard them
+        console.print("stopping…")
+    finally:
+        stack.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.print("stopped")
+    return 0
+
+
+def exit_now(code: int) -> None:
+    """Exit once everything is stopped, skipping the interpreter's teardown of moto's module state (over a
+    second of freeing objects that die with the process anyway)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack.local", description=__doc__.splitlines()[0])
+    add_local_arguments(parser)
+    parser.add_argument(
+        "--state-dir", help="signing key and local.json (default: $PACKYARD_LOCAL_DIR or <repo>/.packyard-local)"
+    )
+    exit_now(serve(parser.parse_args(argv)))
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

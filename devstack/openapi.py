@@ -1,0 +1,129 @@
+"""The API's OpenAPI document, generated from the code: every function that template.yaml wires to the HttpApi.
+
+Each HTTP function's module holds one Powertools resolver (``app``); its schema comes from the routes and their
+type annotations. Powertools' ``OpenAPIMerge`` joins them (a route declared twice is an error), and the JWT
+bearer scheme the HttpApi authorizer enforces is added. A function the template adds later shows up by itself.
+
+    python -m devstack.openapi            # print the document
+    python -m devstack.openapi --write    # regenerate docs/openapi.json (make openapi)
+    python -m devstack.openapi --check    # exit 1 if docs/openapi.json differs from the code
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from devstack.template import DEFAULT_TEMPLATE, ROOT, load_template
+
+COMMITTED = ROOT / "docs" / "openapi.json"
+TITLE = "Packyard API"
+API_VERSION = "v1"
+DESCRIPTION = (
+    "Publish immutable packages and install them durably into workspaces. Every route needs a JWT bearer token "
+    "whose `tenant` claim names the caller's tenant. Errors are RFC 9457 `application/problem+json` with a stable "
+    "`code`."
+)
+BEARER_SCHEME = "bearerAuth"
+
+
+def http_function_modules(template: str | Path = DEFAULT_TEMPLATE) -> dict[str, Path]:
+    """``{logical id: handler module file}`` of every function with an HttpApi event, sorted by logical id."""
+    template_path = Path(template).resolve()
+    doc = load_template(template_path)
+    handler_default = doc.get("Globals", {}).get("Function", {}).get("Handler")
+    found: dict[str, Path] = {}
+    for logical_id, resource in sorted(doc.get("Resources", {}).items()):
+        if resource.get("Type") != "AWS::Serverless::Function":
+            continue
+        props = resource.get("Properties", {})
+        events = (props.get("Events") or {}).values()
+        if not any(event.get("Type") == "HttpApi" for event in events):
+            continue
+        handler = props.get("Handler", handler_default)
+        module_path = str(handler).rpartition(".")[0]
+        found[logical_id] = template_path.parent / props["CodeUri"] / (module_path.replace(".", "/") + ".py")
+    return found
+
+
+def _load_resolver(logical_id: str, file: Path) -> Any:
+    shared = str(ROOT / "shared")
+    if shared not in sys.path:
+        sys.path.insert(0, shared)  # the layer's content, as on AWS
+    name = "_devstack_openapi_" + re.sub(r"\W", "_", logical_id)
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {file}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    resolver = getattr(module, "app", None)
+    if resolver is None or not hasattr(resolver, "get_openapi_schema"):
+        raise AttributeError(f"{logical_id}: {file} has no Powertools resolver named 'app'")
+    return resolver
+
+
+def generate(template: str | Path = DEFAULT_TEMPLATE, *, server_url: str | None = None) -> dict[str, Any]:
+    """The merged OpenAPI document of every HTTP function in ``template`` (paths sorted, stable output)."""
+    from aws_lambda_powertools.event_handler.openapi.merge import OpenAPIMerge
+    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
+
+    merge = OpenAPIMerge(
+        title=TITLE,
+        version=API_VERSION,
+        description=DESCRIPTION,
+        servers=[Server(url=server_url or "/")],
+        security_schemes={BEARER_SCHEME: HTTPBearer(bearerFormat="JWT")},
+        security=[{BEARER_SCHEME: []}],
+        on_conflict="error",
+    )
+    for logical_id, file in http_function_modules(template).items():
+        merge.add_schema(_load_resolver(logical_id, file).get_openapi_schema())
+    document: dict[str, Any] = json.loads(merge.get_openapi_json_schema())
+    document["paths"] = dict(sorted(document.get("paths", {}).items()))
+    for kind, entries in (document.get("components") or {}).items():
+        document["components"][kind] = dict(sorted(entries.items()))
+    document["tags"] = sorted(document.get("tags", []), key=lambda tag: tag["name"])
+    return document
+
+
+def render(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack.openapi", description=__doc__.splitlines()[0])
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help=f"write {COMMITTED.relative_to(ROOT)}")
+    action.add_argument("--check", action="store_true", help="exit 1 if the committed document is out of date")
+    args = parser.parse_args(argv)
+    text = render(generate())
+    if args.write:
+        COMMITTED.parent.mkdir(parents=True, exist_ok=True)
+        COMMITTED.write_text(text, "utf-8")
+        print(f"wrote {COMMITTED.relative_to(ROOT)} ({len(text)} bytes)")
+        return 0
+    if args.check:
+        current = COMMITTED.read_text("utf-8") if COMMITTED.exists() else ""
+        if current != text:
+            print(f"{COMMITTED.relative_to(ROOT)} is out of date: run `make openapi`", file=sys.stderr)
+            return 1
+        print(f"{COMMITTED.relative_to(ROOT)} is up to date")
+        return 0
+    sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

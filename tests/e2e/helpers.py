@@ -1,0 +1,133 @@
+"""Helpers of the e2e tests: the local stack as a subprocess, the CLI as a subprocess, a sample skill folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT = 60.0
+
+
+def base_env(state_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_"))}
+    env.update(
+        {
+            # works with or without the editable install of the project
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)]),
+            "PACKYARD_LOCAL_DIR": str(state_dir),
+            "COLUMNS": "200",
+            "NO_COLOR": "1",
+            "TERM": "dumb",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+@dataclass
+class Stack:
+    process: subprocess.Popen[bytes]
+    api: str
+    aws: str
+    state_dir: Path
+    log: Path
+
+    def log_text(self) -> str:
+        return self.log.read_text("utf-8", errors="replace")
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def start_stack(state_dir: Path, log: Path, *extra: str) -> Stack:
+    """``packyard local`` on ports chosen by the OS; ready when its local.json names this process."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "packyard_cli", "local", "--api-port", "0", "--aws-port", "0", *extra],
+            cwd=ROOT,
+            env=base_env(state_dir),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    state_file = state_dir / "local.json"
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"packyard local exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            state = json.loads(state_file.read_text("utf-8"))
+        except (OSError, ValueError):
+            state = {}
+        if state.get("pid") == process.pid:
+            return Stack(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
+        time.sleep(0.05)
+    process.kill()
+    raise RuntimeError(f"packyard local did not start in {START_TIMEOUT}s:\n{log.read_text()}")
+
+
+def stop_stack(stack: Stack, sig: int = signal.SIGINT, timeout: float = 15.0) -> int:
+    if stack.process.poll() is None:
+        stack.process.send_signal(sig)
+        try:
+            stack.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            stack.process.kill()
+            stack.process.wait()
+    return stack.process.returncode
+
+
+class Cli:
+    """Runs ``python -m packyard_cli`` (what the ``packyard`` console script runs) as a subprocess."""
+
+    def __init__(self, stack: Stack, tenant: str) -> None:
+        self.stack = stack
+        self.tenant = tenant
+
+    def env(self) -> dict[str, str]:
+        env = base_env(self.stack.state_dir)
+        env["PACKYARD_ENDPOINT"] = self.stack.api
+        env["PACKYARD_TENANT"] = self.tenant
+        return env
+
+    def __call__(self, *args: str, timeout: float = 90.0, cwd: Path | None = None) -> CliResult:
+        done = subprocess.run(
+            [sys.executable, "-m", "packyard_cli", *args],
+            cwd=cwd or ROOT,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        return CliResult(done.returncode, done.stdout, done.stderr)
+
+    def token(self, subject: str = "e2e", tenant: str | None = None) -> str:
+        result = self("token", "--tenant", tenant or self.tenant, "--subject", subject)
+        assert result.code == 0, result.output
+        return result.stdout.strip()
+
+
+def write_skill(folder: Path, marker: str = "v1") -> Path:
+    (folder / "src").mkdir(parents=True, exist_ok=True)
+    (folder / "SKILL.md").write_text(f"# weather-skill {marker}\nAnswers questions about the weather.\n")
+    (folder / "src" / "main.py").write_text(f"def run(city):\n    return 'sunny in ' + city  # {marker}\n")
+    return folder

