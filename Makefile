@@ -57,6 +57,8 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_verify.py
 	$(BIN)/python benchmarks/bench_publish.py
+	$(BIN)/python benchmarks/bench_operations.py
+	$(BIN)/python benchmarks/bench_cold_start.py
 
 validate: $(STAMP) $(SAM_VENV)/.installed
 	$(BIN)/cfn-lint template.yaml
