@@ -95,6 +95,47 @@ def generate(template: str | Path = DEFAULT_TEMPLATE, *, server_url: str | None 
     for kind, entries in (document.get("components") or {}).items():
         document["components"][kind] = dict(sorted(entries.items()))
     document["tags"] = sorted(document.get("tags", []), key=lambda tag: tag["name"])
+    return _with_problems(document)
+
+
+def _with_problems(document: dict[str, Any]) -> dict[str, Any]:
+    """Errors are problem+json with a stable code (the resolver maps validation errors to 400 invalid_request), not
+    Powertools' default 422 body: document what the API really answers."""
+    from packyard import errors
+
+    codes = sorted(
+        {cls.code for cls in vars(errors).values() if isinstance(cls, type) and issubclass(cls, errors.PackyardError)}
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas["Problem"] = {
+        "type": "object",
+        "title": "Problem",
+        "description": "RFC 9457 problem details with a stable code; some codes add fields (expected/actual, "
+        "operationId/retryAfter, subCode, ...).",
+        "required": ["type", "title", "status", "code", "detail"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "code": {"type": "string", "enum": codes},
+            "detail": {"type": "string"},
+            "subCode": {"type": "string", "enum": sorted(str(c) for c in errors.ArchiveRejectCode)},
+        },
+        "additionalProperties": True,
+    }
+    problem = {
+        "description": "Error: problem+json with a stable code",
+        "content": {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+    }
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses", {})
+            responses.pop("422", None)
+            responses["default"] = problem
+    for unused in ("HTTPValidationError", "ValidationError"):
+        if unused in schemas and unused not in json.dumps(document["paths"]):
+            schemas.pop(unused)
+    document["components"]["schemas"] = dict(sorted(schemas.items()))
     return document
 
 
