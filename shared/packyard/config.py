@@ -5,9 +5,8 @@ No names are hard-coded: the template (or the local stack) sets the environment.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import os
+from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field

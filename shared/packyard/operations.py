@@ -184,6 +184,7 @@ def admit(
             claimed_slot=claimed,
             baseline_version=view.installation.version if view.installation else None,
             superseding=superseding,
+            superseded_outcome=_superseded_outcome(superseding, view.installation, op.operation_id),
             now=now,
         )
         if conflict is None:
@@ -215,8 +216,9 @@ def _replay(op: Operation, request_digest: str) -> Admitted:
         )
     if op.state is OperationState.PENDING:
         return Admitted(resume(op), replay=True)
-    if op.state is OperationState.ADMITTED:
-        # admission may have died between recording and starting: starting again is idempotent by name
+    if op.in_flight:
+        # admission (or a resume) may have died between recording and starting: starting again is idempotent by
+        # execution name, and a finished execution of that name is not run twice
         _start(op)
     return Admitted(op, replay=True)
 
@@ -412,6 +414,16 @@ def _blocker(slot: Slot | None, op: Operation, now: int) -> OperationInProgress 
     )
     error.headers = {"Retry-After": str(retry_after)}  # type: ignore[attr-defined]
     return error
+
+
+def _superseded_outcome(superseding: str | None, installation: Installation | None, by: str) -> Outcome | None:
+    """What the superseded operation settles as. If its commit already landed (the installation, checked at the
+    baseline version in the same transaction, was last written by it), its change is in effect: it succeeded."""
+    if superseding is None:
+        return None
+    if installation is not None and installation.last_operation_id == superseding:
+        return Outcome(result="succeeded", detail=f"committed; settled by {by} after its worker stopped")
+    return Outcome(result="unconfirmed", code="cancelled", detail=f"superseded by {by}")
 
 
 def _supersedable(slot: Slot | None, op: Operation, now: int) -> str | None:
@@ -639,6 +651,9 @@ def settle_task(
         raise NotFound(f"operation {operation_id} not found")
     if op.state is OperationState.SETTLED:
         return {"settled": True, "outcome": op.outcome.model_dump(exclude_none=True) if op.outcome else None}
+    if op.state is OperationState.PENDING:
+        # an earlier attempt of this settle already deferred it: deferring again would lose the phase it stopped in
+        return {"settled": False, "pending": True, "phase": op.phase, "errorCode": op.error_code}
     now = clock.now()
     error_type = str((error or {}).get("Error", ""))
     if error_type == "ClaimLost":

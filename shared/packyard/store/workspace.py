@@ -198,9 +198,8 @@ def _installation_is(tenant: str, workspace: str, installation_id: str, version:
     return {"ConditionCheck": check}
 
 
-def _supersede(tenant: str, workspace: str, operation_id: str, by: str, now: int) -> dict[str, Any]:
+def _supersede(tenant: str, workspace: str, operation_id: str, by: str, outcome: Outcome, now: int) -> dict[str, Any]:
     pk, sk = operation_key(tenant, workspace, operation_id)
-    outcome = Outcome(result="unconfirmed", code="cancelled", detail=f"superseded by {by}")
     return {
         "Update": {
             "TableName": table_name(),
@@ -255,6 +254,7 @@ def admit(
     baseline_version: int | None,
     superseding: str | None,
     now: int,
+    superseded_outcome: Outcome | None = None,
 ) -> AdmissionConflict | None:
     """Record the operation and claim the slot (superseding its holder if given), in one transaction, conditional
     on the installation still being at the baseline version. ``claimed_slot`` None: the operation takes no slot
@@ -264,7 +264,8 @@ def admit(
         items.append(_claim_slot(op, observed_slot, claimed_slot))
         items.append(_installation_is(op.tenant, op.workspace, op.installation_id, baseline_version))
         if superseding:
-            items.append(_supersede(op.tenant, op.workspace, superseding, op.operation_id, now))
+            outcome = superseded_outcome or Outcome(result="unconfirmed", code="cancelled")
+            items.append(_supersede(op.tenant, op.workspace, superseding, op.operation_id, outcome, now))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
