@@ -41,9 +41,13 @@ from devstack.template import ROOT, FunctionSpec, Stack
 _PATCHED_CLASSES: tuple[type, ...] = (LambdaBackend, LambdaSimpleBackend)
 
 _lock = threading.RLock()
+_import_lock = threading.Lock()
 _originals: dict[type, Callable[..., Any]] = {}
 _functions: dict[str, FunctionSpec] = {}
-_modules: dict[tuple[Path, str], ModuleType] = {}
+# Idle "containers" per function: one module instance serves one invocation at a time, as a Lambda execution
+# environment does. Concurrent invocations get their own instance (AWS scales out the same way), because handler
+# modules keep per-request state at module level (the Powertools resolver's current event).
+_modules: dict[tuple[Path, str], list[ModuleType]] = {}
 _invocations: list[Invocation] = []
 
 
@@ -194,7 +198,8 @@ def invoke_handler(spec: FunctionSpec, event: Any) -> Any:
     Needs no moto patch: the local HTTP API uses it; Step Functions goes through :func:`install`.
     """
     try:
-        result = _load_handler(spec)(event, context_for(spec))
+        with _container(spec) as handler:
+            result = handler(event, context_for(spec))
     except Exception as exc:
         _record(Invocation(spec.name, event, type(exc).__name__))
         raise
@@ -206,8 +211,8 @@ def _run(spec: FunctionSpec, body: Any, response_headers: Any) -> bytes:
     raw = body.decode("utf-8") if isinstance(body, bytes) else body
     event = json.loads(raw) if raw else {}
     try:
-        handler = _load_handler(spec)
-        result = handler(event, context_for(spec))
+        with _container(spec) as handler:
+            result = handler(event, context_for(spec))
     except Exception as exc:
         _record(Invocation(spec.name, event, type(exc).__name__))
         response_headers["x-amz-function-error"] = "Unhandled"
@@ -233,18 +238,25 @@ def _record(invocation: Invocation) -> None:
         _invocations.append(invocation)
 
 
-def _load_handler(spec: FunctionSpec) -> Callable[[Any, Any], Any]:
-    """Import ``<code_uri>/<module>.py`` by path under a module name unique to the function (cached)."""
+@contextmanager
+def _container(spec: FunctionSpec) -> Iterator[Callable[[Any, Any], Any]]:
+    """An idle instance of ``<code_uri>/<module>.py`` (imported by path under a unique module name), held for one
+    invocation; a new one is imported when all are busy."""
     module_path, _, attribute = spec.handler.rpartition(".")
     if not module_path:
         raise ValueError(f"{spec.logical_id}: handler {spec.handler!r} is not <module>.<function>")
     key = (spec.code_uri, module_path)
     with _lock:
-        module = _modules.get(key)
-        if module is None:
+        idle = _modules.setdefault(key, [])
+        module = idle.pop() if idle else None
+    if module is None:
+        with _import_lock:
             module = _import_by_path(spec, module_path)
-            _modules[key] = module
-    return getattr(module, attribute)  # type: ignore[no-any-return]
+    try:
+        yield getattr(module, attribute)
+    finally:
+        with _lock:
+            _modules.setdefault(key, []).append(module)
 
 
 def _import_by_path(spec: FunctionSpec, module_path: str) -> ModuleType:
