@@ -41,6 +41,17 @@ def _change_body() -> ChangeRequest:
         raise InvalidRequest(f'body must be a JSON object like {{"origin": "owner"}}: {exc}') from exc
 
 
+def _admit_change(
+    action: Action, workspace: str, installation_id: str, idempotency_key: str | None, if_match: str | None
+) -> Response[dict[str, Any]]:
+    tenant = principal_of(app).tenant
+    body = _change_body()
+    admitted = operations.admit(
+        tenant, workspace, installation_id, action, body, idempotency_key=idempotency_key, if_match=if_match
+    )
+    return _accepted(admitted)
+
+
 @app.put("/v1/workspaces/<workspace>/installations/<installation_id>", tags=["installations"])
 def put_installation(
     workspace: Workspace,
@@ -63,17 +74,7 @@ def delete_installation(
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
 ) -> Response[dict[str, Any]]:
-    tenant = principal_of(app).tenant
-    admitted = operations.admit(
-        tenant,
-        workspace,
-        installation_id,
-        Action.DELETE,
-        _change_body(),
-        idempotency_key=idempotency_key,
-        if_match=if_match,
-    )
-    return _accepted(admitted)
+    return _admit_change(Action.DELETE, workspace, installation_id, idempotency_key, if_match)
 
 
 @app.post("/v1/workspaces/<workspace>/installations/<installation_id>/rollback", tags=["installations"])
@@ -83,17 +84,7 @@ def rollback_installation(
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
 ) -> Response[dict[str, Any]]:
-    tenant = principal_of(app).tenant
-    admitted = operations.admit(
-        tenant,
-        workspace,
-        installation_id,
-        Action.ROLLBACK,
-        _change_body(),
-        idempotency_key=idempotency_key,
-        if_match=if_match,
-    )
-    return _accepted(admitted)
+    return _admit_change(Action.ROLLBACK, workspace, installation_id, idempotency_key, if_match)
 
 
 @app.post("/v1/workspaces/<workspace>/installations/<installation_id>/preview", tags=["installations"])
