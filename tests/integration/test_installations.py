@@ -220,3 +220,15 @@ def test_resolved_lists_active_releases_with_digests_grants_and_download_urls(re
     archive = requests.get(resolved[0]["archive"]["url"], timeout=30).content
     assert hashlib.sha256(archive).hexdigest() == resolved[0]["archive"]["sha256"]
     assert resolved[0]["grants"] == [{"kind": "api_read", "resource": "*", "origin": "owner"}]
+
+
+def test_an_operation_settled_at_admission_starts_its_retention_clock(releases, stack):
+    import boto3
+
+    settled = releases.uninstall(WS, "never-installed", key="k-noop").body
+
+    item = boto3.client("dynamodb", region_name=stack.region).get_item(
+        TableName=stack.table_name,
+        Key={"pk": {"S": f"TENANT#t-acme#WS#{WS}"}, "sk": {"S": f"OP#{settled['operationId']}"}},
+    )["Item"]
+    assert int(item["expiresAt"]["N"]) == settled["settledAt"] + 90 * 24 * 3600

@@ -142,7 +142,11 @@ def list_installations(
 
 def _put_operation(op: Operation, *, new: bool, expected_version: int | None = None) -> dict[str, Any]:
     pk, sk = operation_key(op.tenant, op.workspace, op.operation_id)
-    put: dict[str, Any] = {"TableName": table_name(), "Item": to_item(pk, sk, op)}
+    extra: dict[str, Any] = {}
+    if new and op.state is OperationState.SETTLED and op.settled_at is not None:
+        # settled at admission (nothing to change): it never holds the slot, so its retention clock starts now
+        extra[dynamo.TTL_ATTRIBUTE] = op.settled_at + SETTLED_OPERATION_RETENTION
+    put: dict[str, Any] = {"TableName": table_name(), "Item": to_item(pk, sk, op, **extra)}
     if new:
         put["ConditionExpression"] = "attribute_not_exists(pk)"
         put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
