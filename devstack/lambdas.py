@@ -263,12 +263,15 @@ def _import_by_path(spec: FunctionSpec, module_path: str) -> ModuleType:
     file = spec.code_uri / (module_path.replace(".", "/") + ".py")
     if not file.is_file():
         raise FileNotFoundError(f"{spec.logical_id}: handler file {file} does not exist")
+    safe = re.sub(r"\W", "_", f"{spec.logical_id}_{module_path}")
+    return load_module(file, f"_devstack_fn_{safe}_{uuid.uuid4().hex[:8]}")
+
+
+def load_module(file: Path, name: str) -> ModuleType:
+    """Import a handler file by path under ``name``, with ``shared/`` (the layer, /opt/python on AWS) importable."""
     shared = str(ROOT / "shared")
     if shared not in sys.path:
-        # The layer's content (/opt/python on AWS).
         sys.path.insert(0, shared)
-    safe = re.sub(r"\W", "_", f"{spec.logical_id}_{module_path}")
-    name = f"_devstack_fn_{safe}_{uuid.uuid4().hex[:8]}"
     module_spec = importlib.util.spec_from_file_location(name, file)
     if module_spec is None or module_spec.loader is None:
         raise ImportError(f"cannot import {file}")

@@ -12,13 +12,13 @@ bearer scheme the HttpApi authorizer enforces is added. A function the template 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from devstack import lambdas
 from devstack.template import DEFAULT_TEMPLATE, ROOT, load_template
 
 COMMITTED = ROOT / "docs" / "openapi.json"
@@ -52,22 +52,8 @@ def http_function_modules(template: str | Path = DEFAULT_TEMPLATE) -> dict[str, 
 
 
 def _load_resolver(logical_id: str, file: Path) -> Any:
-    shared = str(ROOT / "shared")
-    if shared not in sys.path:
-        sys.path.insert(0, shared)  # the layer's content, as on AWS
     name = "_devstack_openapi_" + re.sub(r"\W", "_", logical_id)
-    module = sys.modules.get(name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(name, file)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {file}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
+    module = sys.modules.get(name) or lambdas.load_module(file, name)
     resolver = getattr(module, "app", None)
     if resolver is None or not hasattr(resolver, "get_openapi_schema"):
         raise AttributeError(f"{logical_id}: {file} has no Powertools resolver named 'app'")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from packyard import clock
@@ -62,6 +63,7 @@ from packyard.operation_models import (
 )
 from packyard.store import catalog, workflows, workspace
 from packyard.store.workspace import AdmissionView
+from packyard.tasks import caught_error_message
 
 ADMISSION_ATTEMPTS = 4
 
@@ -137,12 +139,9 @@ def admit(
     task_id = body.scope.id if isinstance(body, InstallRequest) and body.scope.kind is ScopeKind.TASK else None
 
     for _ in range(ADMISSION_ATTEMPTS):
-        view = workspace.read_for_admission(tenant, workspace_id, installation_id, operation_id, release_key, task_id)
+        view = _read_view(tenant, workspace_id, installation_id, operation_id, action, release_key, task_id)
         if view.operation is not None:
             return _replay(view.operation, request_digest)
-        if action is Action.ROLLBACK and view.installation is not None and view.installation.previous is not None:
-            prev = view.installation.previous
-            view = _with_release(view, catalog.find_release(tenant, prev.package, prev.version))
         now = clock.now()
         op = _new_operation(tenant, workspace_id, installation_id, operation_id, action, body, request, now, view)
         op = op.model_copy(update={"request_digest": request_digest})
@@ -197,15 +196,22 @@ def admit(
     raise TransientStoreError("admission kept racing with other operations; retry with the same Idempotency-Key")
 
 
-def _with_release(view: AdmissionView, release: Release | None) -> AdmissionView:
-    return AdmissionView(
-        operation=view.operation,
-        installation=view.installation,
-        slot=view.slot,
-        workspace_count=view.workspace_count,
-        task_count=view.task_count,
-        release=release,
-    )
+def _read_view(
+    tenant: str,
+    workspace_id: str,
+    installation_id: str,
+    operation_id: str,
+    action: Action,
+    release_key: tuple[str, str] | None,
+    task_id: str | None,
+) -> AdmissionView:
+    """What admission (or preview) decides on. A rollback's target release is known only once the installation is
+    read, so it costs a second read."""
+    view = workspace.read_for_admission(tenant, workspace_id, installation_id, operation_id, release_key, task_id)
+    previous = view.installation.previous if view.installation is not None else None
+    if action is Action.ROLLBACK and view.operation is None and previous is not None:
+        view = replace(view, release=catalog.find_release(tenant, previous.package, previous.version))
+    return view
 
 
 def _replay(op: Operation, request_digest: str) -> Admitted:
@@ -525,10 +531,7 @@ def preview(
     check_workspace_id(workspace_id)
     check_installation_id(installation_id)
     release_key = (body.package, body.version) if isinstance(body, InstallRequest) else None
-    view = workspace.read_for_admission(tenant, workspace_id, installation_id, "preview", release_key, None)
-    if action is Action.ROLLBACK and view.installation is not None and view.installation.previous is not None:
-        prev = view.installation.previous
-        view = _with_release(view, catalog.find_release(tenant, prev.package, prev.version))
+    view = _read_view(tenant, workspace_id, installation_id, "preview", action, release_key, None)
     now = clock.now()
     op = _new_operation(
         tenant, workspace_id, installation_id, "preview", action, body, {"body": _body(body)}, now, view
@@ -694,22 +697,11 @@ def _outcome(op: Operation, error_type: str, error: dict[str, Any] | None) -> tu
             return Outcome(result="succeeded"), (op.plan.version, op.operation_id)
         return Outcome(result="unconfirmed", code="interrupted", detail=f"settled while {op.state}"), None
     refusal = REFUSALS.get(error_type)
-    detail = _error_message(error)
+    detail = caught_error_message(error, limit=500)
     if refusal is not None:
         return Outcome(result="refused", status=refusal.status, code=refusal.code, detail=detail), None
     code = "outcome_unknown" if op.state is OperationState.COMMITTED else "interrupted"
     return Outcome(result="unconfirmed", code=code, detail=f"{error_type}: {detail}"[:500]), None
-
-
-def _error_message(error: dict[str, Any] | None) -> str:
-    cause = (error or {}).get("Cause")
-    if not isinstance(cause, str):
-        return ""
-    try:
-        parsed = json.loads(cause)
-    except ValueError:
-        return cause[:500]
-    return str(parsed.get("errorMessage", ""))[:500] if isinstance(parsed, dict) else cause[:500]
 
 
 def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -47,3 +48,15 @@ def parse_operation_task(event: dict[str, Any]) -> OperationTask:
         return OperationTask.model_validate(event)
     except ValidationError as exc:
         raise InvalidRequest(f"task input failed validation: {exc.error_count()} errors") from exc
+
+
+def caught_error_message(error: dict[str, Any] | None, limit: int = 1000) -> str:
+    """The ``errorMessage`` inside a Catch's ``$.error.Cause`` (a Lambda error payload as JSON, or plain text)."""
+    cause = (error or {}).get("Cause")
+    if not isinstance(cause, str):
+        return ""
+    try:
+        parsed = json.loads(cause)
+    except ValueError:
+        return cause[:limit]
+    return str(parsed.get("errorMessage", ""))[:limit] if isinstance(parsed, dict) else cause[:limit]

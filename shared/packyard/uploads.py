@@ -39,6 +39,7 @@ from packyard.models import (
 )
 from packyard.observability import logger, metrics
 from packyard.store import blobs, catalog, workflows
+from packyard.tasks import caught_error_message
 
 
 class ArchiveDeclaration(BaseModel):
@@ -351,20 +352,8 @@ def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None)
     error = error or {}
     error_type = str(error.get("Error", "States.Unknown"))
     code = _ERROR_CODES.get(error_type, "publish_failed")
-    detail = _error_message(error.get("Cause")) or error_type
-    return Rejection(code=code, detail=detail[:1000])
-
-
-def _error_message(cause: Any) -> str:
-    import json
-
-    if not isinstance(cause, str):
-        return ""
-    try:
-        parsed = json.loads(cause)
-    except ValueError:
-        return cause
-    return str(parsed.get("errorMessage", "")) if isinstance(parsed, dict) else cause
+    detail = caught_error_message(error) or error_type
+    return Rejection(code=code, detail=detail)
 
 
 def _discard_staging(upload: Upload) -> None:

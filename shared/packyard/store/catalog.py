@@ -127,6 +127,16 @@ def _fenced_upload_update(upload: Upload, update: str, values: dict[str, Any], n
     }
 
 
+def _mark_published(upload: Upload, now: int) -> dict[str, Any]:
+    """verifying → published (fenced): the reservation is settled by the caller's ledger item."""
+    return _fenced_upload_update(
+        upload,
+        "SET #state = :published, reservedBytes = :zero, settledAt = :now, expiresAt = :purge",
+        {":published": str(UploadState.PUBLISHED), ":zero": 0, ":now": now, ":purge": now + SETTLED_UPLOAD_RETENTION},
+        {},
+    )
+
+
 def create_upload(upload: Upload, *, quota_bytes: int) -> None:
     """Record the session and reserve its bytes against the tenant's quota, in one transaction."""
     pk, sk = upload_key(upload.tenant, upload.upload_id)
@@ -235,17 +245,7 @@ def publish_release(
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         },
-        _fenced_upload_update(
-            upload,
-            "SET #state = :published, reservedBytes = :zero, settledAt = :now, expiresAt = :purge",
-            {
-                ":published": str(UploadState.PUBLISHED),
-                ":zero": 0,
-                ":now": now,
-                ":purge": now + SETTLED_UPLOAD_RETENTION,
-            },
-            {},
-        ),
+        _mark_published(upload, now),
         {
             "Update": {
                 "TableName": table_name(),
@@ -313,19 +313,7 @@ def publish_release(
 
 def settle_upload_as_duplicate(upload: Upload, now: int) -> None:
     """The identical release already exists: the upload is published (idempotently) and its reservation returned."""
-    settle_items = [
-        _fenced_upload_update(
-            upload,
-            "SET #state = :published, reservedBytes = :zero, settledAt = :now, expiresAt = :purge",
-            {
-                ":published": str(UploadState.PUBLISHED),
-                ":zero": 0,
-                ":now": now,
-                ":purge": now + SETTLED_UPLOAD_RETENTION,
-            },
-            {},
-        )
-    ]
+    settle_items = [_mark_published(upload, now)]
     if upload.reserved_bytes:
         settle_items.append(_usage_delta(upload.tenant, -upload.reserved_bytes))
     try:
