@@ -48,7 +48,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy shared/packyard
+	$(BIN)/mypy --strict shared/packyard functions packyard_cli devstack
 
 format: $(STAMP)
 	$(BIN)/ruff format .

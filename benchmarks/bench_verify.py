@@ -31,9 +31,9 @@ from typing import Any, BinaryIO
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "shared"))
 
-from packyard.archive import READ_CHUNK, verify_archive  # noqa: E402
 from packyard.config import Limits, MiB  # noqa: E402
-from packyard.manifest import parse_manifest  # noqa: E402
+from packyard.publishing.archive_verifier import READ_CHUNK, verify_archive  # noqa: E402
+from packyard.publishing.manifest import parse_manifest  # noqa: E402
 
 THROUGHPUT_UNPACKED = 200 * MiB
 MEMORY_SMALL_UNPACKED = 5 * MiB

@@ -77,7 +77,8 @@ class LocalApi:
         event["routeKey"] = event["requestContext"]["routeKey"] = f"{route.method} {route.path}"
         event["pathParameters"] = params or None
         spec = self.stack.functions[route.function]
-        return lambdas.invoke_handler(spec, event)
+        answer: dict[str, Any] = lambdas.invoke_handler(spec, event)
+        return answer
 
     def request(
         self,

@@ -51,13 +51,15 @@ class Caller:
             devstack.wait_for_execution(done.body["executionArn"], timeout=60)
         final = self.get(f"/v1/uploads/{upload_id}")
         assert final.status == 200, final.body
-        return final.body
+        body: dict[str, Any] = final.body
+        return body
 
     def publish(self, package: str, version: str, built: BuiltPackage, archive: bytes | None = None) -> dict[str, Any]:
         session = self.request_upload(package, version, built)
         assert session.status in (200, 201), session.body
         if session.status == 200:
-            return session.body
+            existing: dict[str, Any] = session.body
+            return existing
         if session.body["uploadRequired"]:
             self.put_archive(session.body, built.archive if archive is None else archive)
         return self.complete_and_wait(session.body["uploadId"])
@@ -80,7 +82,8 @@ class Caller:
             devstack.wait_for_execution(f"{prefix}:execution:{name}:{execution}", timeout=timeout)
         final = self.get(f"/v1/workspaces/{workspace}/operations/{op['operationId']}")
         assert final.status == 200, final.body
-        return final.body
+        body: dict[str, Any] = final.body
+        return body
 
     def install(
         self,

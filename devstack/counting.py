@@ -78,7 +78,7 @@ def _issued_by_moto() -> bool:
     for _ in range(64):
         if frame is None:
             return False
-        module = frame.f_globals.get("__name__", "")
+        module = str(frame.f_globals.get("__name__", ""))
         if not module.startswith(("botocore.", "boto3.", __name__)):
             return module.startswith("moto.")
         frame = frame.f_back

@@ -166,7 +166,10 @@ def _make_invoke(cls: type) -> Callable[..., Any]:
     ) -> str | bytes | None:
         spec = _lookup(function_name)
         if spec is None:
-            return _originals[cls](self, function_name, qualifier, body, headers, response_headers)
+            answer: str | bytes | None = _originals[cls](
+                self, function_name, qualifier, body, headers, response_headers
+            )
+            return answer
         invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
         if invocation_type == "DryRun":
             return b""

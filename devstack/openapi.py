@@ -116,8 +116,11 @@ def _with_problems(document: dict[str, Any]) -> dict[str, Any]:
     for operations in document.get("paths", {}).values():
         for operation in operations.values():
             responses = operation.get("responses", {})
-            responses.pop("422", None)
+            # Powertools documents its own 422 validation body; a route that declares a 422 of ours keeps it
+            if "HTTPValidationError" in json.dumps(responses.get("422", {})):
+                responses.pop("422")
             responses["default"] = problem
+            operation["responses"] = dict(sorted(responses.items()))
     for unused in ("HTTPValidationError", "ValidationError"):
         if unused in schemas and unused not in json.dumps(document["paths"]):
             schemas.pop(unused)

@@ -62,13 +62,13 @@ def install_retry_clock(scale: float = 0.0) -> RetryClock:
     """Replace the retrier's sleep with a :class:`RetryClock` (replacing any previous one)."""
     global _installed
     _installed = RetryClock(scale)
-    retrier_decl.time = _installed  # type: ignore[assignment]
+    setattr(retrier_decl, "time", _installed)  # noqa: B010 - moto's module does not export the name it uses
     return _installed
 
 
 def uninstall_retry_clock() -> None:
     global _installed
-    retrier_decl.time = time
+    setattr(retrier_decl, "time", time)  # noqa: B010
     _installed = None
 
 

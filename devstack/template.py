@@ -105,7 +105,8 @@ class Stack:
 
 def load_template(path: str | Path = DEFAULT_TEMPLATE) -> dict[str, Any]:
     """Parse a CloudFormation/SAM YAML template (``!Ref``, ``!GetAtt``, ``!Sub`` …) into plain Python values."""
-    return _plain(cfn_yaml.load(str(path)))
+    document: dict[str, Any] = _plain(cfn_yaml.load(str(path)))
+    return document
 
 
 def _plain(value: Any) -> Any:

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
-from pydantic import ValidationError
 
-from packyard import operations
-from packyard.errors import InvalidRequest
-from packyard.http import build_resolver, json_response, principal_of
+from packyard.api.principal import principal_of
+from packyard.api.resolver import build_resolver, json_response
+from packyard.api.routes import responses
+from packyard.api.workspace_responses import OperationView, PreviewView
+from packyard.errors import (
+    IdempotencyKeyRequired,
+    IdempotencyKeyReused,
+    InvalidRequest,
+    LimitExceeded,
+    NeedsConsent,
+    NotFound,
+    OperationInProgress,
+    PlanChanged,
+    ReleaseUnavailable,
+    StaleAuthority,
+    VersionConflict,
+    VersionRequired,
+)
 from packyard.observability import HTTP_CORRELATION, lambda_entry
-from packyard.operation_models import Action, ChangeRequest, InstallRequest
+from packyard.operations import admission, preview
+from packyard.operations.models import Action, ChangeRequest, InstallRequest
 
 app = build_resolver()
 
@@ -21,84 +35,106 @@ IdempotencyKey = Annotated[str | None, Header(alias="idempotency-key", descripti
 IfMatch = Annotated[str | None, Header(alias="if-match", description='The installation version, e.g. "3"')]
 Workspace = Annotated[str, Path()]
 InstallationId = Annotated[str, Path()]
+OptionalChange = Annotated[ChangeRequest | None, Body(description='optional, e.g. {"origin": "workflow"}')]
+
+ADMITTED = {
+    202: ("Admitted: the operation runs; poll Location", OperationView),
+    200: ("Replayed or already settled: the operation as it stands", OperationView),
+}
+ADMISSION_ERRORS = (
+    InvalidRequest,
+    IdempotencyKeyRequired,
+    NotFound,
+    OperationInProgress,
+    StaleAuthority,
+    ReleaseUnavailable,
+    LimitExceeded,
+    PlanChanged,
+    VersionConflict,
+    IdempotencyKeyReused,
+    VersionRequired,
+)
 
 
-def _accepted(admitted: operations.Admitted) -> Response[dict[str, Any]]:
-    op = admitted.operation
-    location = f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"
-    status = 200 if not op.in_flight else 202
-    return json_response(status, op.to_api(), headers={"Location": location})
-
-
-def _change_body() -> ChangeRequest:
-    """DELETE and rollback take an optional body."""
-    raw = app.current_event.decoded_body
-    if not raw:
-        return ChangeRequest()
-    try:
-        return ChangeRequest.model_validate(json.loads(raw))
-    except (ValueError, ValidationError) as exc:
-        raise InvalidRequest(f'body must be a JSON object like {{"origin": "owner"}}: {exc}') from exc
-
-
-def _admit_change(
-    action: Action, workspace: str, installation_id: str, idempotency_key: str | None, if_match: str | None
-) -> Response[dict[str, Any]]:
+def _admit(
+    action: Action,
+    workspace: str,
+    installation_id: str,
+    body: InstallRequest | ChangeRequest,
+    idempotency_key: str | None,
+    if_match: str | None,
+) -> Response[OperationView]:
     tenant = principal_of(app).tenant
-    body = _change_body()
-    admitted = operations.admit(
+    op = admission.admit(
         tenant, workspace, installation_id, action, body, idempotency_key=idempotency_key, if_match=if_match
     )
-    return _accepted(admitted)
+    location = f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"
+    return json_response(202 if op.in_flight else 200, OperationView.of(op), headers={"Location": location})
 
 
-@app.put("/v1/workspaces/<workspace>/installations/<installation_id>", tags=["installations"])
+@app.put(
+    "/v1/workspaces/<workspace>/installations/<installation_id>",
+    tags=["installations"],
+    responses=responses(ADMITTED, ADMISSION_ERRORS),
+)
 def put_installation(
     workspace: Workspace,
     installation_id: InstallationId,
     request: Annotated[InstallRequest, Body()],
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
-) -> Response[dict[str, Any]]:
-    tenant = principal_of(app).tenant
-    admitted = operations.admit(
-        tenant, workspace, installation_id, Action.PUT, request, idempotency_key=idempotency_key, if_match=if_match
-    )
-    return _accepted(admitted)
+) -> Response[OperationView]:
+    return _admit(Action.PUT, workspace, installation_id, request, idempotency_key, if_match)
 
 
-@app.delete("/v1/workspaces/<workspace>/installations/<installation_id>", tags=["installations"])
+@app.delete(
+    "/v1/workspaces/<workspace>/installations/<installation_id>",
+    tags=["installations"],
+    responses=responses(ADMITTED, ADMISSION_ERRORS),
+)
 def delete_installation(
     workspace: Workspace,
     installation_id: InstallationId,
+    request: OptionalChange = None,
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
-) -> Response[dict[str, Any]]:
-    return _admit_change(Action.DELETE, workspace, installation_id, idempotency_key, if_match)
+) -> Response[OperationView]:
+    return _admit(Action.DELETE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
 
 
-@app.post("/v1/workspaces/<workspace>/installations/<installation_id>/rollback", tags=["installations"])
+@app.post(
+    "/v1/workspaces/<workspace>/installations/<installation_id>/rollback",
+    tags=["installations"],
+    responses=responses(ADMITTED, ADMISSION_ERRORS),
+)
 def rollback_installation(
     workspace: Workspace,
     installation_id: InstallationId,
+    request: OptionalChange = None,
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
-) -> Response[dict[str, Any]]:
-    return _admit_change(Action.ROLLBACK, workspace, installation_id, idempotency_key, if_match)
+) -> Response[OperationView]:
+    return _admit(Action.ROLLBACK, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
 
 
-@app.post("/v1/workspaces/<workspace>/installations/<installation_id>/preview", tags=["installations"])
+@app.post(
+    "/v1/workspaces/<workspace>/installations/<installation_id>/preview",
+    tags=["installations"],
+    responses=responses(
+        {200: ("The plan the operation would commit now, and its digest", PreviewView)},
+        (InvalidRequest, NotFound, ReleaseUnavailable, StaleAuthority, NeedsConsent),
+    ),
+)
 def preview_installation(
     workspace: Workspace,
     installation_id: InstallationId,
     request: Annotated[InstallRequest, Body()],
     action: Annotated[Action, Query(description="put (default), delete or rollback")] = Action.PUT,
-) -> dict[str, Any]:
+) -> PreviewView:
     tenant = principal_of(app).tenant
-    body: InstallRequest | ChangeRequest = request if action is Action.PUT else ChangeRequest(origin=request.origin)
-    return operations.preview(tenant, workspace, installation_id, action, body)
+    return PreviewView.of_preview(preview.preview(tenant, workspace, installation_id, action, request))
 
 
-@lambda_entry(HTTP_CORRELATION)
+@lambda_entry(HTTP_CORRELATION, settings=("table_name", "install_state_machine_arn"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return app.resolve(event, context)

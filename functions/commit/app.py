@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from packyard import operations
-from packyard.errors import InvalidRequest
 from packyard.observability import OPERATION_CORRELATION, lambda_entry
-from packyard.tasks import parse_operation_task
+from packyard.operations import commit
+from packyard.workflow_inputs import CommitTask, parse
 
 
-@lambda_entry(OPERATION_CORRELATION)
+@lambda_entry(OPERATION_CORRELATION, settings=("table_name",))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    task = parse_operation_task(event)
-    if not task.plan or "version" not in task.plan:
-        raise InvalidRequest("commit needs the planning step's output at $.plan")
-    return operations.commit_task(task.tenant, task.workspace, task.operation_id, int(task.plan["version"]))
+    task = parse(CommitTask, event)
+    return commit.commit_task(task.tenant, task.workspace, task.operation_id, task.plan.version)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from packyard import operations
 from packyard.observability import OPERATION_CORRELATION, lambda_entry
-from packyard.tasks import parse_operation_task
+from packyard.operations import planning
+from packyard.workflow_inputs import OperationTask, parse
 
 
-@lambda_entry(OPERATION_CORRELATION)
+@lambda_entry(OPERATION_CORRELATION, settings=("table_name",))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    task = parse_operation_task(event)
-    return operations.plan_task(task.tenant, task.workspace, task.operation_id)
+    task = parse(OperationTask, event)
+    return planning.plan_task(task.tenant, task.workspace, task.operation_id)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from packyard import uploads
 from packyard.observability import UPLOAD_CORRELATION, lambda_entry
-from packyard.tasks import parse_upload_task
+from packyard.publishing import publication
+from packyard.workflow_inputs import UploadTask, parse
 
 
-@lambda_entry(UPLOAD_CORRELATION)
+@lambda_entry(UPLOAD_CORRELATION, settings=("table_name", "bucket_name"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    task = parse_upload_task(event)
-    return uploads.publish(task.tenant, task.upload_id, task.token, task.verify or {})
+    task = parse(UploadTask, event)
+    return publication.publish(task.tenant, task.upload_id, task.token, task.verify or {})

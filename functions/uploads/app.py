@@ -7,50 +7,88 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
-from packyard import clock, releases, uploads
-from packyard.http import build_resolver, json_response, principal_of
+from packyard import clock
+from packyard.api.principal import principal_of
+from packyard.api.publishing_responses import CreatedUploadView, ExistingReleaseView, ReleaseDetailView, UploadView
+from packyard.api.resolver import build_resolver, json_response
+from packyard.api.routes import responses
+from packyard.errors import (
+    ArchiveRejected,
+    ClaimLost,
+    InvalidRequest,
+    NotFound,
+    QuotaExceeded,
+    UploadExpired,
+    UploadIncomplete,
+    VersionExists,
+)
 from packyard.observability import HTTP_CORRELATION, lambda_entry
+from packyard.publishing import catalog, uploads
+from packyard.publishing.models import Release
 
 app = build_resolver()
 
 
-@app.post("/v1/packages/<package>/versions/<version>/uploads", tags=["publish"])
+@app.post(
+    "/v1/packages/<package>/versions/<version>/uploads",
+    tags=["publish"],
+    responses=responses(
+        {
+            201: ("A new upload session: PUT the archive to upload.url, then POST links.complete", CreatedUploadView),
+            200: ("This exact content is already published: nothing to upload", ExistingReleaseView),
+        },
+        (InvalidRequest, ArchiveRejected, VersionExists, QuotaExceeded),
+    ),
+)
 def create_upload(
     package: Annotated[str, Path()],
     version: Annotated[str, Path()],
     request: Annotated[uploads.CreateUploadRequest, Body()],
-) -> Response[dict[str, Any]]:
-    tenant = principal_of(app).tenant
-    created = uploads.create_upload(tenant, package, version, request)
-    if created.existing is not None:
-        body = {"state": "published", "uploadRequired": False, "release": releases.release_view(created.existing)}
-        return json_response(200, body)
-    assert created.upload is not None
-    body = created.upload.to_api(clock.now())
-    if created.upload_url:
-        body["upload"] = {"method": "PUT", "url": created.upload_url, "headers": {}}
-    location = f"/v1/uploads/{created.upload.upload_id}"
-    body["links"] = {"self": location, "complete": f"{location}/complete"}
-    return json_response(201, body, headers={"Location": location})
+) -> Response[CreatedUploadView | ExistingReleaseView]:
+    created = uploads.create_upload(principal_of(app).tenant, package, version, request)
+    if isinstance(created, Release):
+        return json_response(200, ExistingReleaseView.of(created))
+    view = CreatedUploadView.of(created.upload, clock.now(), created.upload_url)
+    return json_response(201, view, headers={"Location": view.links.self_link})
 
 
-@app.post("/v1/uploads/<upload_id>/complete", tags=["publish"])
-def complete_upload(upload_id: Annotated[str, Path()]) -> Response[dict[str, Any]]:
+@app.post(
+    "/v1/uploads/<upload_id>/complete",
+    tags=["publish"],
+    responses=responses(
+        {
+            202: ("Verification started (or still running): poll the session", UploadView),
+            200: ("The session had already finished", UploadView),
+        },
+        (NotFound, UploadExpired, UploadIncomplete, ClaimLost),
+    ),
+)
+def complete_upload(upload_id: Annotated[str, Path()]) -> Response[UploadView]:
     upload = uploads.complete_upload(principal_of(app).tenant, upload_id)
-    status = 202 if upload.state.value == "verifying" else 200
-    return json_response(status, upload.to_api(clock.now()), headers={"Location": f"/v1/uploads/{upload_id}"})
+    status = 202 if upload.is_verifying else 200
+    return json_response(status, UploadView.of(upload, clock.now()), headers={"Location": f"/v1/uploads/{upload_id}"})
 
 
-@app.get("/v1/uploads/<upload_id>", tags=["publish"])
-def get_upload(upload_id: Annotated[str, Path()]) -> dict[str, Any]:
-    return uploads.get_upload(principal_of(app).tenant, upload_id).to_api(clock.now())
+@app.get(
+    "/v1/uploads/<upload_id>",
+    tags=["publish"],
+    responses=responses({200: ("An upload session", UploadView)}, (NotFound,)),
+)
+def get_upload(upload_id: Annotated[str, Path()]) -> UploadView:
+    return UploadView.of(uploads.get_upload(principal_of(app).tenant, upload_id), clock.now())
 
 
-@app.delete("/v1/packages/<package>/versions/<version>", tags=["releases"])
-def yank_version(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> dict[str, Any]:
-    return releases.release_view(releases.yank(principal_of(app).tenant, package, version))
+@app.delete(
+    "/v1/packages/<package>/versions/<version>",
+    tags=["releases"],
+    responses=responses(
+        {200: ("The release, now yanked (its version is never reused)", ReleaseDetailView)}, (InvalidRequest, NotFound)
+    ),
+)
+def yank_version(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ReleaseDetailView:
+    return ReleaseDetailView.of(catalog.yank(principal_of(app).tenant, package, version))
 
 
-@lambda_entry(HTTP_CORRELATION)
+@lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name", "publish_state_machine_arn"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return app.resolve(event, context)

@@ -23,7 +23,8 @@ def _from_environment(names: dict[str, str]) -> dict[str, Any]:
 
 
 class Limits(BaseModel):
-    """Package and storage limits (DESIGN.md defaults). Override with ``PACKYARD_<NAME>`` variables."""
+    """Package, storage and retention limits (defaults from docs/architecture.md). Override with ``PACKYARD_<NAME>``
+    variables."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -36,17 +37,19 @@ class Limits(BaseModel):
     max_path_length: int = Field(default=512, gt=0)
     verify_time_limit_seconds: float = Field(default=600.0, gt=0)
     upload_ttl_seconds: int = Field(default=600, gt=0)
-    reservation_ttl_seconds: int = Field(default=1800, gt=0)
     download_url_ttl_seconds: int = Field(default=300, gt=0)
     operation_lease_seconds: int = Field(default=900, gt=0)
     max_installations_per_workspace: int = Field(default=100, gt=0)
     max_installations_per_task: int = Field(default=10, gt=0)
     tenant_quota_bytes: int = Field(default=10 * GiB, gt=0)
-    workspace_quota_bytes: int = Field(default=2 * GiB, gt=0)
+    # settled items are kept this long for reads, then the table's TTL removes them
+    settled_upload_retention_seconds: int = Field(default=7 * 24 * 3600, gt=0)
+    settled_operation_retention_seconds: int = Field(default=90 * 24 * 3600, gt=0)
 
 
 class Settings(BaseModel):
-    """Names of the resources a handler talks to. Empty values are refused when the store is first used."""
+    """Names of the resources a handler talks to. Each handler declares the ones it needs (``required``), so a
+    missing variable fails its first invocation with the variable's name."""
 
     model_config = ConfigDict(frozen=True, populate_by_name=True)
 
@@ -61,6 +64,17 @@ class Settings(BaseModel):
 def settings() -> Settings:
     names = {field.alias: field.alias for field in Settings.model_fields.values() if field.alias}
     return Settings.model_validate(_from_environment(names))
+
+
+def required(*fields: str) -> Settings:
+    """The settings, refusing any of ``fields`` (Settings field names) that is unset or empty."""
+    current = settings()
+    missing = [Settings.model_fields[name].alias or name for name in fields if not getattr(current, name)]
+    if missing:
+        from packyard.errors import MissingSetting
+
+        raise MissingSetting(f"required setting(s) not set: {', '.join(missing)}", settings=missing)
+    return current
 
 
 @lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ from typing import Any
 
 
 class ArchiveRejectCode(StrEnum):
-    """Sub-codes of ``archive_rejected`` (DESIGN.md)."""
+    """Sub-codes of ``archive_rejected`` (docs/architecture.md, "Error model")."""
 
     DIGEST_MISMATCH = "digest_mismatch"
     SIZE_MISMATCH = "size_mismatch"
@@ -28,15 +28,17 @@ class ArchiveRejectCode(StrEnum):
 
 
 class PackyardError(Exception):
-    """Base of every error a caller may see. ``extra`` lands in the problem body next to code and detail."""
+    """Base of every error a caller may see. ``extra`` lands in the problem body next to code and detail;
+    ``headers`` are HTTP headers the answer carries (e.g. ``Retry-After``)."""
 
     status: int = 500
     code: str = "internal_error"
     title: str = "Internal error"
 
-    def __init__(self, detail: str, **extra: Any) -> None:
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None, **extra: Any) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.headers: dict[str, str] = dict(headers or {})
         self.extra = extra
 
     def problem(self) -> dict[str, Any]:
@@ -148,3 +150,16 @@ class TransientStoreError(PackyardError):
     """A throttle or timeout from a store. Safe to retry; Step Functions Retry matches this errorType."""
 
     status, code, title = 503, "unavailable", "Temporarily unavailable"
+
+
+class StoreFailure(PackyardError):
+    """A store refused a request for a reason a retry will not fix. The detail names the service and the error
+    code only: AWS error text never reaches a caller."""
+
+    status, code, title = 500, "internal_error", "Internal error"
+
+
+class MissingSetting(PackyardError):
+    """A handler's required setting (an environment variable the template sets) is missing or empty."""
+
+    status, code, title = 500, "internal_error", "Internal error"

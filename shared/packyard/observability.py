@@ -26,12 +26,23 @@ OPERATION_CORRELATION = "operationId"
 Handler = Callable[[dict[str, Any], Any], Any]
 
 
-def lambda_entry(correlation_id_path: str) -> Callable[[Handler], Handler]:
-    """Logger (with correlation id), Tracer and Metrics around a Lambda handler, in that order."""
+def lambda_entry(correlation_id_path: str, *, settings: tuple[str, ...] = ()) -> Callable[[Handler], Handler]:
+    """Logger (with correlation id), Tracer and Metrics around a Lambda handler, in that order. ``settings`` names
+    the Settings fields the handler needs: a missing one fails the invocation with the variable's name, before the
+    handler runs. Log keys appended during one invocation are cleared before the next."""
 
     def decorate(handler: Handler) -> Handler:
-        wrapped = tracer.capture_lambda_handler(handler, capture_response=False)
-        wrapped = logger.inject_lambda_context(correlation_id_path=correlation_id_path, log_event=False)(wrapped)
+        def checked(event: dict[str, Any], context: Any) -> Any:
+            if settings:
+                from packyard.config import required
+
+                required(*settings)
+            return handler(event, context)
+
+        wrapped = tracer.capture_lambda_handler(checked, capture_response=False)
+        wrapped = logger.inject_lambda_context(
+            correlation_id_path=correlation_id_path, log_event=False, clear_state=True
+        )(wrapped)
         return metrics.log_metrics(wrapped)
 
     return decorate

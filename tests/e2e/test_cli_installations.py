@@ -181,12 +181,3 @@ def test_preview_shows_the_plan_without_changing_anything(cli: Cli, releases: di
     assert re.fullmatch(r"[0-9a-f]{64}", preview.json()["planDigest"])
     assert preview.json()["plan"]["release"]["version"] == "1.0.0"
     assert listed == []
-
-
-def test_usage_is_printed_or_its_absence_reported_cleanly(cli: Cli) -> None:
-    usage = cli("usage", "ws-anything")
-
-    assert usage.code in (0, 1)
-    assert "Traceback" not in usage.output
-    if usage.code == 1:
-        assert "not_found" in usage.stderr

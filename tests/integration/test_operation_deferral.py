@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import devstack
-from packyard import clock, operations
+from packyard import clock
 from packyard.errors import TransientStoreError
+from packyard.operations import commit
 from packyard.store import workflows
 from packyard_cli.build import build_from_files
 
@@ -23,7 +24,7 @@ def test_commit_failing_past_its_retries_defers_to_pending_and_the_same_key_resu
     def flaky_commit(*args, **kwargs):
         raise TransientStoreError("DynamoDB: ThrottlingException")
 
-    monkeypatch.setattr(operations, "commit_task", flaky_commit)
+    monkeypatch.setattr(commit, "commit_task", flaky_commit)
     devstack.retry_clock().clear()
     admitted = published.install(WS, "hello", "hello", "1.0.0", key="k-flaky")
     deferred = published.wait_settled(WS, admitted)
@@ -46,7 +47,7 @@ def test_commit_failing_past_its_retries_defers_to_pending_and_the_same_key_resu
 
 
 def test_a_pending_operation_is_superseded_by_another_request(published, monkeypatch):
-    monkeypatch.setattr(operations, "commit_task", lambda *a, **k: (_ for _ in ()).throw(TransientStoreError("x")))
+    monkeypatch.setattr(commit, "commit_task", lambda *a, **k: (_ for _ in ()).throw(TransientStoreError("x")))
     stuck = published.wait_settled(WS, published.install(WS, "hello", "hello", "1.0.0", key="k-stuck"))
     assert stuck["state"] == "pending"
     monkeypatch.undo()

@@ -52,7 +52,7 @@ from devstack.caller import Caller
 from devstack.faults import InjectedCrash, crash_after
 from packyard import clock
 from packyard.config import limits
-from packyard.operations import operation_id_for
+from packyard.operations.preconditions import operation_id_for
 from packyard.store import dynamo, workflows, workspace
 from packyard_cli.build import build_from_files
 

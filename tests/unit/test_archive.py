@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packyard.archive import READ_CHUNK, VerifiedArchive, verify_archive
 from packyard.config import Limits, MiB
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest
-from packyard.manifest import Manifest, parse_manifest
+from packyard.publishing.archive_verifier import READ_CHUNK, VerifiedArchive, verify_archive
+from packyard.publishing.manifest import Manifest, parse_manifest
 
 C = ArchiveRejectCode
 LIMITS = Limits()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import requests
 
+from packyard_cli.arguments import package_at_version, scope_value
 from packyard_cli.client import (
     EXIT_CONFLICT,
     EXIT_ERROR,
@@ -18,7 +19,7 @@ from packyard_cli.client import (
     CliError,
     exit_code_for,
 )
-from packyard_cli.main import build_parser, package_at_version, scope_value
+from packyard_cli.parser import build_parser
 
 
 def response(status: int, body: Any = None, headers: dict[str, str] | None = None) -> requests.Response:

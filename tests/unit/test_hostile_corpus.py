@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from packyard.archive import VerifiedArchive, verify_archive
 from packyard.config import Limits
 from packyard.errors import ArchiveRejected
-from packyard.manifest import Manifest, parse_manifest
+from packyard.publishing.archive_verifier import VerifiedArchive, verify_archive
+from packyard.publishing.manifest import Manifest, parse_manifest
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 CORPUS = DATA / "hostile"

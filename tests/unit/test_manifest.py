@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from packyard.config import Limits
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest
-from packyard.manifest import (
+from packyard.publishing.manifest import (
     Manifest,
     ManifestFile,
     Permission,

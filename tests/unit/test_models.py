@@ -3,8 +3,8 @@
 import pytest
 
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest, VersionConflict
-from packyard.models import check_package_name, check_version, semver_key
-from packyard.uploads import rejection_from
+from packyard.publishing.models import check_package_name, check_version, semver_key
+from packyard.publishing.rejection import rejection_from
 
 
 @pytest.mark.parametrize("name", ["a", "hello-skill", "pkg.v2", "a_b", "x" * 64])

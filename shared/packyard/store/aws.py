@@ -49,3 +49,23 @@ TRANSIENT_CODES = frozenset(
 
 def is_transient(exc: BaseException) -> bool:
     return error_code(exc) in TRANSIENT_CODES
+
+
+def translate(exc: Exception, service: str) -> Exception:
+    """A botocore error as a domain error: throttles, timeouts and lost connections are transient (retry may fix
+    them); any other refusal is a StoreFailure naming the service and the error code, never AWS's text. Anything
+    that is not a botocore error (our own bugs, an injected crash) is returned unchanged."""
+    from packyard.errors import PackyardError, StoreFailure, TransientStoreError
+
+    if isinstance(exc, PackyardError):
+        return exc
+    code = error_code(exc)
+    if code:
+        if code in TRANSIENT_CODES:
+            return TransientStoreError(f"{service}: {code}")
+        return StoreFailure(f"{service} refused the request ({code})")
+    from botocore.exceptions import BotoCoreError
+
+    if isinstance(exc, BotoCoreError):
+        return TransientStoreError(f"{service}: {type(exc).__name__}")
+    return exc

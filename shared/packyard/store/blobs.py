@@ -11,18 +11,15 @@ import base64
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from packyard.config import settings
+from packyard.config import required
 from packyard.errors import TransientStoreError
-from packyard.store.aws import client, error_code, is_transient
+from packyard.store.aws import client, error_code, translate
 
 STREAM_CHUNK = 1024 * 1024
 
 
 def bucket() -> str:
-    name = settings().bucket_name
-    if not name:
-        raise RuntimeError("BUCKET_NAME is not set")
-    return name
+    return required("bucket_name").bucket_name
 
 
 def staging_prefix(tenant: str, upload_id: str, token: str) -> str:
@@ -50,7 +47,7 @@ def _s3() -> Any:
 
 
 def _translate(exc: Exception) -> Exception:
-    return TransientStoreError(f"S3: {error_code(exc)}") if is_transient(exc) else exc
+    return translate(exc, "S3")
 
 
 def put_bytes(key: str, data: bytes, sha256_hex: str, *, if_absent: bool = False) -> bool:
@@ -75,7 +72,8 @@ def put_bytes(key: str, data: bytes, sha256_hex: str, *, if_absent: bool = False
 
 def read_bytes(key: str) -> bytes | None:
     try:
-        return _s3().get_object(Bucket=bucket(), Key=key)["Body"].read()
+        data: bytes = _s3().get_object(Bucket=bucket(), Key=key)["Body"].read()
+        return data
     except Exception as exc:
         if error_code(exc) in ("NoSuchKey", "404"):
             return None
@@ -147,15 +145,21 @@ def delete_prefix_objects(keys: list[str]) -> None:
 
 
 def presigned_put(key: str, expires_in: int) -> str:
-    return str(
-        _s3().generate_presigned_url(
-            "put_object", Params={"Bucket": bucket(), "Key": key}, ExpiresIn=expires_in, HttpMethod="PUT"
+    try:
+        return str(
+            _s3().generate_presigned_url(
+                "put_object", Params={"Bucket": bucket(), "Key": key}, ExpiresIn=expires_in, HttpMethod="PUT"
+            )
         )
-    )
+    except Exception as exc:
+        raise _translate(exc) from exc
 
 
 def presigned_get(key: str, expires_in: int, filename: str | None = None) -> str:
     params: dict[str, Any] = {"Bucket": bucket(), "Key": key}
     if filename:
         params["ResponseContentDisposition"] = f'attachment; filename="{filename}"'
-    return str(_s3().generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in))
+    try:
+        return str(_s3().generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in))
+    except Exception as exc:
+        raise _translate(exc) from exc

@@ -18,13 +18,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from packyard.errors import ClaimLost, NotFound, QuotaExceeded, StoredItemInvalid
-from packyard.models import Package, Release, ReleaseStatus, Upload, UploadState
+from packyard.publishing.models import Package, Release, ReleaseStatus, Upload, UploadState
 from packyard.store import dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
+from packyard.store.records import BlobRecord, UsageLedger
 
-# Settled sessions are kept this long for GET /v1/uploads/{id}, then DynamoDB's TTL removes them. Live sessions
-# never carry the TTL attribute: expiry must go through settle (it returns the reservation), never a silent delete.
-SETTLED_UPLOAD_RETENTION = 7 * 24 * 3600
+# Settled sessions carry the TTL attribute (``retain_until``, decided by the domain) so GET /v1/uploads/{id} works
+# for a while. Live sessions never carry it: expiry must go through settle (it returns the reservation), never a
+# silent delete.
 
 
 def upload_key(tenant: str, upload_id: str) -> tuple[str, str]:
@@ -70,7 +71,8 @@ def get_release(tenant: str, package: str, version: str) -> Release:
 
 
 def blob_exists(tenant: str, sha256: str) -> bool:
-    return dynamo.get(*blob_key(tenant, sha256)) is not None
+    item = dynamo.get(*blob_key(tenant, sha256))
+    return item is not None and from_item(BlobRecord, item).sha256 == sha256
 
 
 def get_package(tenant: str, package: str) -> Package:
@@ -80,20 +82,22 @@ def get_package(tenant: str, package: str) -> Package:
     return from_item(Package, item)
 
 
-def list_packages(tenant: str, *, limit: int, cursor: dict[str, Any] | None) -> tuple[list[Package], Any]:
-    items, next_key = dynamo.query(package_key(tenant, "")[0], prefix="PACKAGE#", limit=limit, cursor=cursor)
-    return [from_item(Package, item) for item in items], next_key
+def list_packages(tenant: str, *, limit: int, cursor: str | None) -> tuple[list[Package], str | None]:
+    """A page of the tenant's packages and the opaque cursor of the next page."""
+    items, next_cursor = dynamo.query(package_key(tenant, "")[0], prefix="PACKAGE#", limit=limit, cursor=cursor)
+    return [from_item(Package, item) for item in items], next_cursor
 
 
-def list_releases(tenant: str, package: str, *, limit: int, cursor: dict[str, Any] | None) -> tuple[list[Release], Any]:
+def list_releases(tenant: str, package: str, *, limit: int, cursor: str | None) -> tuple[list[Release], str | None]:
+    """A page of a package's releases (in sort-key order) and the opaque cursor of the next page."""
     pk, _ = release_key(tenant, package, "")
-    items, next_key = dynamo.query(pk, prefix="VERSION#", limit=limit, cursor=cursor)
-    return [from_item(Release, item) for item in items], next_key
+    items, next_cursor = dynamo.query(pk, prefix="VERSION#", limit=limit, cursor=cursor)
+    return [from_item(Release, item) for item in items], next_cursor
 
 
 def get_used_bytes(tenant: str) -> int:
     item = dynamo.get(*usage_key(tenant), consistent=False)
-    return int(dynamo.unmarshal(item).get("usedBytes", 0)) if item else 0
+    return from_item(UsageLedger, item).used_bytes if item else 0
 
 
 # ---- writes ------------------------------------------------------------------------------------------------------
@@ -105,13 +109,13 @@ def _usage_delta(tenant: str, delta: int) -> dict[str, Any]:
         "Update": {
             "TableName": table_name(),
             "Key": key(pk, sk),
-            "UpdateExpression": "ADD usedBytes :delta",
-            "ExpressionAttributeValues": {":delta": {"N": str(delta)}},
+            "UpdateExpression": "SET schemaVersion = :sv ADD usedBytes :delta",
+            "ExpressionAttributeValues": marshal({":delta": delta, ":sv": dynamo.SCHEMA_VERSION}),
         }
     }
 
 
-def _fenced_upload_update(upload: Upload, update: str, values: dict[str, Any], names: dict[str, str]) -> dict:
+def _fenced_upload_update(upload: Upload, update: str, values: dict[str, Any], names: dict[str, str]) -> dict[str, Any]:
     """An update of the upload conditional on its state and per-attempt token: a stale worker changes nothing."""
     pk, sk = upload_key(upload.tenant, upload.upload_id)
     return {
@@ -127,29 +131,22 @@ def _fenced_upload_update(upload: Upload, update: str, values: dict[str, Any], n
     }
 
 
-def _mark_published(upload: Upload, now: int) -> dict[str, Any]:
+def _mark_published(upload: Upload, now: int, retain_until: int) -> dict[str, Any]:
     """verifying → published (fenced): the reservation is settled by the caller's ledger item."""
     return _fenced_upload_update(
         upload,
-        "SET #state = :published, reservedBytes = :zero, settledAt = :now, expiresAt = :purge",
-        {":published": str(UploadState.PUBLISHED), ":zero": 0, ":now": now, ":purge": now + SETTLED_UPLOAD_RETENTION},
+        f"SET #state = :published, reservedBytes = :zero, settledAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge",
+        {":published": str(UploadState.PUBLISHED), ":zero": 0, ":now": now, ":purge": retain_until},
         {},
     )
 
 
 def create_upload(upload: Upload, *, quota_bytes: int) -> None:
-    """Record the session and reserve its bytes against the tenant's quota, in one transaction."""
+    """Record the session and reserve its bytes against the tenant's quota, in one transaction: the ledger may
+    only grow while ``usedBytes <= quota - reserved`` (conditions cannot add)."""
     pk, sk = upload_key(upload.tenant, upload.upload_id)
     upk, usk = usage_key(upload.tenant)
     n = upload.reserved_bytes
-    if n > quota_bytes:
-        # with no ledger yet, the condition below would pass: a request larger than the whole quota never fits
-        raise QuotaExceeded(
-            f"reserving {n} bytes exceeds the tenant quota of {quota_bytes} bytes",
-            usedBytes=get_used_bytes(upload.tenant),
-            limitBytes=quota_bytes,
-            requestedBytes=n,
-        )
     items: list[dict[str, Any]] = [
         {
             "Put": {
@@ -165,9 +162,11 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> None:
                 "Update": {
                     "TableName": table_name(),
                     "Key": key(upk, usk),
-                    "UpdateExpression": "ADD usedBytes :n",
+                    "UpdateExpression": "SET schemaVersion = :sv ADD usedBytes :n",
                     "ConditionExpression": "attribute_not_exists(usedBytes) OR usedBytes <= :room",
-                    "ExpressionAttributeValues": {":n": {"N": str(n)}, ":room": {"N": str(quota_bytes - n)}},
+                    "ExpressionAttributeValues": marshal(
+                        {":n": n, ":room": quota_bytes - n, ":sv": dynamo.SCHEMA_VERSION}
+                    ),
                     "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
                 }
             }
@@ -176,10 +175,10 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> None:
         transact(items)
     except TransactionCancelled as cancelled:
         if cancelled.failed(1):
-            old = dynamo.unmarshal(cancelled.old_item(1) or {})
+            old = cancelled.old_item(1)
             raise QuotaExceeded(
                 f"reserving {n} bytes would exceed the tenant quota of {quota_bytes} bytes",
-                usedBytes=int(old.get("usedBytes", 0)),
+                usedBytes=from_item(UsageLedger, old).used_bytes if old else 0,
                 limitBytes=quota_bytes,
                 requestedBytes=n,
             ) from cancelled
@@ -202,11 +201,11 @@ def start_verifying(upload: Upload, execution_arn: str) -> Upload:
 
 
 def settle_upload_without_release(
-    upload: Upload, state: UploadState, rejection: dict[str, Any] | None, now: int
+    upload: Upload, state: UploadState, rejection: dict[str, Any] | None, now: int, *, retain_until: int
 ) -> None:
     """verifying/awaiting_upload → rejected/expired: record why and give the reservation back, atomically."""
-    update = "SET #state = :final, reservedBytes = :zero, settledAt = :now, expiresAt = :purge"
-    values: dict[str, Any] = {":final": str(state), ":zero": 0, ":now": now, ":purge": now + SETTLED_UPLOAD_RETENTION}
+    update = f"SET #state = :final, reservedBytes = :zero, settledAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge"
+    values: dict[str, Any] = {":final": str(state), ":zero": 0, ":now": now, ":purge": retain_until}
     if rejection is not None:
         update += ", rejection = :rejection"
         values[":rejection"] = rejection
@@ -229,7 +228,13 @@ class PublishOutcome:
 
 
 def publish_release(
-    upload: Upload, release: Release, *, new_blobs: dict[str, int], known_blobs: list[str], now: int
+    upload: Upload,
+    release: Release,
+    *,
+    new_blobs: dict[str, int],
+    known_blobs: list[str],
+    now: int,
+    retain_until: int,
 ) -> PublishOutcome | None:
     """In one transaction: the release (version unused), the upload's final state (fenced by its token), blob
     records and the usage ledger (the reservation becomes retained bytes for new blobs and is returned for shared
@@ -245,7 +250,7 @@ def publish_release(
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         },
-        _mark_published(upload, now),
+        _mark_published(upload, now, retain_until),
         {
             "Update": {
                 "TableName": table_name(),
@@ -271,16 +276,7 @@ def publish_release(
             {
                 "Put": {
                     "TableName": table_name(),
-                    "Item": marshal(
-                        {
-                            "pk": bpk,
-                            "sk": bsk,
-                            "sha256": sha256,
-                            "size": size,
-                            "createdAt": now,
-                            "schemaVersion": dynamo.SCHEMA_VERSION,
-                        }
-                    ),
+                    "Item": to_item(bpk, bsk, BlobRecord(sha256=sha256, size=size, created_at=now)),
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
             }
@@ -311,9 +307,9 @@ def publish_release(
     return None
 
 
-def settle_upload_as_duplicate(upload: Upload, now: int) -> None:
+def settle_upload_as_duplicate(upload: Upload, now: int, *, retain_until: int) -> None:
     """The identical release already exists: the upload is published (idempotently) and its reservation returned."""
-    settle_items = [_mark_published(upload, now)]
+    settle_items = [_mark_published(upload, now, retain_until)]
     if upload.reserved_bytes:
         settle_items.append(_usage_delta(upload.tenant, -upload.reserved_bytes))
     try:
@@ -325,20 +321,15 @@ def settle_upload_as_duplicate(upload: Upload, now: int) -> None:
 def yank_release(tenant: str, package: str, version: str, now: int) -> Release:
     """Mark a release yanked (idempotent). The version stays used forever."""
     pk, sk = release_key(tenant, package, version)
-    try:
-        response = dynamo.dynamodb().update_item(
-            TableName=table_name(),
-            Key=key(pk, sk),
-            UpdateExpression="SET #status = :yanked, yankedAt = if_not_exists(yankedAt, :now)",
-            ConditionExpression="attribute_exists(pk)",
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues=marshal({":yanked": str(ReleaseStatus.YANKED), ":now": now}),
-            ReturnValues="ALL_NEW",
-        )
-    except Exception as exc:
-        from packyard.store.aws import error_code
-
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise NotFound(f"release {package}@{version} not found") from exc
-        raise
-    return from_item(Release, response["Attributes"])
+    updated = dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": "SET #status = :yanked, yankedAt = if_not_exists(yankedAt, :now)",
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": marshal({":yanked": str(ReleaseStatus.YANKED), ":now": now}),
+        }
+    )
+    if updated is None:
+        raise NotFound(f"release {package}@{version} not found")
+    return from_item(Release, updated)

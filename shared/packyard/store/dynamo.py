@@ -12,14 +12,17 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from packyard.config import settings
+from packyard.config import required
 from packyard.errors import StoredItemInvalid, TransientStoreError
-from packyard.store.aws import client, error_code, is_transient
+from packyard.store import cursors
+from packyard.store.aws import client, error_code, translate
 
 SCHEMA_VERSION = 1
 # the table's TimeToLive attribute (epoch seconds): DynamoDB deletes the item some time after it passes
 TTL_ATTRIBUTE = "expiresAt"
 M = TypeVar("M", bound=BaseModel)
+# attributes of the storage, not of the domain model: keys, the TTL and the due index
+STORAGE_ATTRIBUTES = ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt")
 
 _serializer: Any = None
 _deserializer: Any = None
@@ -35,10 +38,7 @@ def _codecs() -> tuple[Any, Any]:
 
 
 def table_name() -> str:
-    name = settings().table_name
-    if not name:
-        raise RuntimeError("TABLE_NAME is not set")
-    return name
+    return required("table_name").table_name
 
 
 def dynamodb() -> Any:
@@ -95,7 +95,7 @@ def from_item(model: type[M], item: Mapping[str, Any]) -> M:
     version = values.pop("schemaVersion", None)
     if version != SCHEMA_VERSION:
         raise StoredItemInvalid(f"{model.__name__} item has schemaVersion {version!r}, expected {SCHEMA_VERSION}")
-    for attr in ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt"):
+    for attr in STORAGE_ATTRIBUTES:
         values.pop(attr, None)
     try:
         return model.model_validate(values)
@@ -127,12 +127,15 @@ def get(pk: str, sk: str, *, consistent: bool = True) -> dict[str, Any] | None:
         response = dynamodb().get_item(TableName=table_name(), Key=key(pk, sk), ConsistentRead=consistent)
     except Exception as exc:
         raise _translate(exc) from exc
-    return response.get("Item")
+    item: dict[str, Any] | None = response.get("Item")
+    return item
 
 
 def query(
-    pk: str, *, prefix: str | None = None, limit: int = 100, cursor: dict[str, Any] | None = None, forward: bool = True
-) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    pk: str, *, prefix: str | None = None, limit: int = 100, cursor: str | None = None, forward: bool = True
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of a partition (optionally of sort keys starting with ``prefix``) and the opaque cursor of the next
+    page (None at the end). A cursor minted for another partition is refused."""
     params: dict[str, Any] = {
         "TableName": table_name(),
         "KeyConditionExpression": "pk = :pk" + (" AND begins_with(sk, :prefix)" if prefix else ""),
@@ -140,13 +143,14 @@ def query(
         "Limit": limit,
         "ScanIndexForward": forward,
     }
-    if cursor:
-        params["ExclusiveStartKey"] = cursor
+    start = cursors.decode(cursor, pk)
+    if start:
+        params["ExclusiveStartKey"] = start
     try:
         response = dynamodb().query(**params)
     except Exception as exc:
         raise _translate(exc) from exc
-    return response.get("Items", []), response.get("LastEvaluatedKey")
+    return response.get("Items", []), cursors.encode(response.get("LastEvaluatedKey"))
 
 
 @dataclass
@@ -175,7 +179,16 @@ def transact(items: list[dict[str, Any]]) -> None:
         raise _translate(exc) from exc
 
 
+def update(params: dict[str, Any]) -> dict[str, Any] | None:
+    """UpdateItem with ``ReturnValues=ALL_NEW``; None when its condition failed."""
+    try:
+        response = dynamodb().update_item(TableName=table_name(), ReturnValues="ALL_NEW", **params)
+    except Exception as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return None
+        raise _translate(exc) from exc
+    return dict(response["Attributes"])
+
+
 def _translate(exc: Exception) -> Exception:
-    if is_transient(exc):
-        return TransientStoreError(f"DynamoDB: {error_code(exc)}")
-    return exc
+    return translate(exc, "DynamoDB")

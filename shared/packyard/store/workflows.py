@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from packyard.errors import TransientStoreError
-from packyard.store.aws import client, error_code, is_transient
+from packyard.store.aws import client, error_code, translate
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
@@ -24,7 +23,5 @@ def start(state_machine_arn: str, name: str, payload: dict[str, Any]) -> str:
     except Exception as exc:
         if error_code(exc) == "ExecutionAlreadyExists":
             return execution_arn(state_machine_arn, name)
-        if is_transient(exc):
-            raise TransientStoreError(f"Step Functions: {error_code(exc)}") from exc
-        raise
+        raise translate(exc, "Step Functions") from exc
     return str(response["executionArn"])

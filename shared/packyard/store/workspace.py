@@ -7,6 +7,8 @@
 
 Every operation write is conditional on the operation's own ``version`` (and state): a stale worker's write fails
 and it learns ClaimLost. The slot carries a ``claim`` counter so taking it over is a compare-and-set.
+Retention (when a settled operation's TTL falls due) is decided by the domain and handed in; this module only
+writes it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from packyard.errors import ClaimLost
-from packyard.installations import Installation
-from packyard.models import Release
-from packyard.operation_models import Operation, OperationState, Outcome, Slot
+from packyard.installations.models import Installation
+from packyard.operations.models import Operation, OperationState, Slot, Supersession
+from packyard.publishing.models import Release
 from packyard.store import catalog, dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
-
-SETTLED_OPERATION_RETENTION = 90 * 24 * 3600
+from packyard.store.records import Counter
 
 
 def workspace_pk(tenant: str, workspace: str) -> str:
@@ -81,24 +82,17 @@ def read_for_admission(
 
     def count(name: str) -> int:
         raw = item(name)
-        return int(dynamo.unmarshal(raw).get("n", 0)) if raw else 0
+        return from_item(Counter, raw).n if raw else 0
 
     op, inst, slot, rel = item("operation"), item("installation"), item("slot"), item("release")
     return AdmissionView(
         operation=from_item(Operation, op) if op else None,
         installation=from_item(Installation, inst) if inst else None,
-        slot=_slot(slot) if slot else None,
+        slot=from_item(Slot, slot) if slot else None,
         workspace_count=count("workspace_count"),
         task_count=count("task_count"),
         release=from_item(Release, rel) if rel else None,
     )
-
-
-def _slot(item: dict[str, Any]) -> Slot:
-    values = dynamo.unmarshal(item)
-    for attr in ("pk", "sk", "schemaVersion"):
-        values.pop(attr, None)
-    return Slot.model_validate(values)
 
 
 def get_operation(tenant: str, workspace: str, operation_id: str) -> Operation | None:
@@ -115,7 +109,7 @@ def get_installation(
 
 def get_slot(tenant: str, workspace: str, installation_id: str) -> Slot | None:
     item = dynamo.get(*slot_key(tenant, workspace, installation_id))
-    return _slot(item) if item else None
+    return from_item(Slot, item) if item else None
 
 
 def read_operation_and_slot(
@@ -126,26 +120,28 @@ def read_operation_and_slot(
     found = dynamo.batch_get([okey, skey])
     return (
         from_item(Operation, found[okey]) if okey in found else None,
-        _slot(found[skey]) if skey in found else None,
+        from_item(Slot, found[skey]) if skey in found else None,
     )
 
 
 def list_installations(
-    tenant: str, workspace: str, *, limit: int, cursor: dict[str, Any] | None
-) -> tuple[list[Installation], Any]:
-    items, last = dynamo.query(workspace_pk(tenant, workspace), prefix="INST#", limit=limit, cursor=cursor)
-    return [from_item(Installation, item) for item in items], last
+    tenant: str, workspace: str, *, limit: int, cursor: str | None
+) -> tuple[list[Installation], str | None]:
+    """A page of the workspace's installations and the opaque cursor of the next page."""
+    items, next_cursor = dynamo.query(workspace_pk(tenant, workspace), prefix="INST#", limit=limit, cursor=cursor)
+    return [from_item(Installation, item) for item in items], next_cursor
 
 
 # ---- transaction items ---------------------------------------------------------------------------------------------
 
 
-def _put_operation(op: Operation, *, new: bool, expected_version: int | None = None) -> dict[str, Any]:
+def _put_operation(
+    op: Operation, *, new: bool, expected_version: int | None = None, retain_until: int | None = None
+) -> dict[str, Any]:
     pk, sk = operation_key(op.tenant, op.workspace, op.operation_id)
     extra: dict[str, Any] = {}
-    if new and op.state is OperationState.SETTLED and op.settled_at is not None:
-        # settled at admission (nothing to change): it never holds the slot, so its retention clock starts now
-        extra[dynamo.TTL_ATTRIBUTE] = op.settled_at + SETTLED_OPERATION_RETENTION
+    if retain_until is not None:
+        extra[dynamo.TTL_ATTRIBUTE] = retain_until
     put: dict[str, Any] = {"TableName": table_name(), "Item": to_item(pk, sk, op, **extra)}
     if new:
         put["ConditionExpression"] = "attribute_not_exists(pk)"
@@ -158,16 +154,10 @@ def _put_operation(op: Operation, *, new: bool, expected_version: int | None = N
     return {"Put": put}
 
 
-def _slot_item(op: Operation, slot: Slot) -> dict[str, Any]:
-    pk, sk = slot_key(op.tenant, op.workspace, op.installation_id)
-    values = slot.model_dump(by_alias=True, mode="json", exclude_none=True)
-    values.update(pk=pk, sk=sk)
-    return marshal(values)
-
-
 def _claim_slot(op: Operation, observed: Slot | None, new: Slot) -> dict[str, Any]:
     """Take the slot if it is still as observed (free, or held by the operation we supersede)."""
-    put: dict[str, Any] = {"TableName": table_name(), "Item": _slot_item(op, new)}
+    pk, sk = slot_key(op.tenant, op.workspace, op.installation_id)
+    put: dict[str, Any] = {"TableName": table_name(), "Item": to_item(pk, sk, new)}
     if observed is None:
         put["ConditionExpression"] = "attribute_not_exists(pk)"
     else:
@@ -202,23 +192,23 @@ def _installation_is(tenant: str, workspace: str, installation_id: str, version:
     return {"ConditionCheck": check}
 
 
-def _supersede(tenant: str, workspace: str, operation_id: str, by: str, outcome: Outcome, now: int) -> dict[str, Any]:
-    pk, sk = operation_key(tenant, workspace, operation_id)
+def _supersede(op: Operation, supersession: Supersession, now: int) -> dict[str, Any]:
+    pk, sk = operation_key(op.tenant, op.workspace, supersession.operation_id)
     return {
         "Update": {
             "TableName": table_name(),
             "Key": key(pk, sk),
             "UpdateExpression": "SET #state = :settled, outcome = :outcome, supersededBy = :by, settledAt = :now, "
-            "updatedAt = :now, expiresAt = :purge ADD version :one",
+            f"updatedAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge ADD version :one",
             "ConditionExpression": "attribute_exists(pk) AND #state <> :settled",
             "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": marshal(
                 {
                     ":settled": str(OperationState.SETTLED),
-                    ":outcome": outcome.model_dump(exclude_none=True),
-                    ":by": by,
+                    ":outcome": supersession.outcome.model_dump(exclude_none=True),
+                    ":by": op.operation_id,
                     ":now": now,
-                    ":purge": now + SETTLED_OPERATION_RETENTION,
+                    ":purge": supersession.retain_until,
                     ":one": 1,
                 }
             ),
@@ -231,12 +221,14 @@ def _count(tenant: str, workspace: str, task_id: str | None, delta: int, limit: 
     update: dict[str, Any] = {
         "TableName": table_name(),
         "Key": key(pk, sk),
-        "UpdateExpression": "ADD n :delta",
-        "ExpressionAttributeValues": marshal({":delta": delta}),
+        "UpdateExpression": "SET schemaVersion = :sv ADD n :delta",
+        "ExpressionAttributeValues": marshal({":delta": delta, ":sv": dynamo.SCHEMA_VERSION}),
     }
     if delta > 0:
         update["ConditionExpression"] = "attribute_not_exists(n) OR n <= :room"
-        update["ExpressionAttributeValues"] = marshal({":delta": delta, ":room": limit - delta})
+        update["ExpressionAttributeValues"] = marshal(
+            {":delta": delta, ":room": limit - delta, ":sv": dynamo.SCHEMA_VERSION}
+        )
     return {"Update": update}
 
 
@@ -256,20 +248,19 @@ def admit(
     observed_slot: Slot | None,
     claimed_slot: Slot | None,
     baseline_version: int | None,
-    superseding: str | None,
+    superseding: Supersession | None,
     now: int,
-    superseded_outcome: Outcome | None = None,
+    retain_until: int | None = None,
 ) -> AdmissionConflict | None:
     """Record the operation and claim the slot (superseding its holder if given), in one transaction, conditional
     on the installation still being at the baseline version. ``claimed_slot`` None: the operation takes no slot
-    (it was settled at admission)."""
-    items = [_put_operation(op, new=True)]
+    (it was settled at admission, and ``retain_until`` starts its retention clock)."""
+    items = [_put_operation(op, new=True, retain_until=retain_until)]
     if claimed_slot is not None:
         items.append(_claim_slot(op, observed_slot, claimed_slot))
         items.append(_installation_is(op.tenant, op.workspace, op.installation_id, baseline_version))
-        if superseding:
-            outcome = superseded_outcome or Outcome(result="unconfirmed", code="cancelled")
-            items.append(_supersede(op.tenant, op.workspace, superseding, op.operation_id, outcome, now))
+        if superseding is not None:
+            items.append(_supersede(op, superseding, now))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
@@ -282,16 +273,25 @@ def admit(
     return None
 
 
-def transition(op: Operation, updated: Operation, slot_update: tuple[str, dict[str, Any]] | None = None) -> Operation:
-    """Write ``updated`` over ``op``, fenced by op.version (and by holding the slot when ``slot_update`` is given)."""
+def transition(
+    op: Operation, updated: Operation, *, slot_lease: int | None = None, slot_pending: bool | None = None
+) -> Operation:
+    """Write ``updated`` over ``op``, fenced by op.version. With ``slot_lease`` (and ``slot_pending``) the slot is
+    updated in the same transaction, fenced by this operation still holding it."""
     items = [_put_operation(updated, new=False, expected_version=op.version)]
-    if slot_update is not None:
-        items.append(_held_slot(op, *slot_update))
+    if slot_lease is not None:
+        items.append(_renew_slot(op, slot_lease, slot_pending))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} lost its claim (version {op.version})") from cancelled
     return updated
+
+
+def _renew_slot(op: Operation, lease_until: int, pending: bool | None) -> dict[str, Any]:
+    if pending is None:
+        return _held_slot(op, "SET leaseUntil = :lease", {":lease": lease_until})
+    return _held_slot(op, "SET pending = :pending, leaseUntil = :lease", {":pending": pending, ":lease": lease_until})
 
 
 @dataclass(frozen=True)
@@ -323,7 +323,7 @@ def commit(
     items: list[dict[str, Any]] = [
         {"Put": put_installation},
         _put_operation(committed, new=False, expected_version=op.version),
-        _held_slot(op, "SET leaseUntil = :lease", {":lease": lease_until}),
+        _renew_slot(op, lease_until, None),
     ]
     items.extend(_count(plan.tenant, plan.workspace, task, delta, limit) for task, delta, limit in counts)
     try:
@@ -344,14 +344,15 @@ def settle(
     *,
     slot: Slot | None,
     confirm_installation: tuple[int, str] | None,
+    retire: tuple[str, int] | None,
 ) -> bool:
     """Write the terminal outcome and free the slot; with ``confirm_installation`` (version, operation id) only if
-    the committed row still is what this operation planned. The previously settled operation of the installation
-    starts its retention clock. Returns False if the installation check failed (nothing written)."""
+    the committed row still is what this operation planned. ``retire`` (operation id, retain until) starts the
+    retention clock of the installation's previously settled operation. Returns False if the installation check
+    failed (nothing written)."""
     items = [_put_operation(settled, new=False, expected_version=op.version)]
     holds_slot = slot is not None and slot.operation_id == op.operation_id
     if holds_slot:
-        assert slot is not None
         items.append(
             _held_slot(
                 op,
@@ -359,18 +360,17 @@ def settle(
                 {":now": settled.settled_at, ":false": False, ":one": 1},
             )
         )
-        if slot.last_settled and slot.last_settled != op.operation_id and slot.last_settled_at is not None:
-            pk, sk = operation_key(op.tenant, op.workspace, slot.last_settled)
+        if retire is not None:
+            retired_id, retain_until = retire
+            pk, sk = operation_key(op.tenant, op.workspace, retired_id)
             items.append(
                 {
                     "Update": {
                         "TableName": table_name(),
                         "Key": key(pk, sk),
-                        "UpdateExpression": "SET expiresAt = :purge",
+                        "UpdateExpression": f"SET {dynamo.TTL_ATTRIBUTE} = :purge",
                         "ConditionExpression": "attribute_exists(pk)",
-                        "ExpressionAttributeValues": marshal(
-                            {":purge": slot.last_settled_at + SETTLED_OPERATION_RETENTION}
-                        ),
+                        "ExpressionAttributeValues": marshal({":purge": retain_until}),
                     }
                 }
             )
@@ -396,16 +396,3 @@ def settle(
             return False
         raise ClaimLost(f"operation {op.operation_id}: retention update raced") from cancelled
     return True
-
-
-def defer(op: Operation, deferred: Operation, lease_until: int) -> Operation:
-    """Park the operation as pending (its slot says so, so another request may supersede it)."""
-    return transition(
-        op, deferred, ("SET pending = :true, leaseUntil = :lease", {":true": True, ":lease": lease_until})
-    )
-
-
-def resume(op: Operation, resumed: Operation, lease_until: int) -> Operation:
-    return transition(
-        op, resumed, ("SET pending = :false, leaseUntil = :lease", {":false": False, ":lease": lease_until})
-    )

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from packyard.installations import Installation, ReleaseRef, Scope
+from packyard.installations.models import Installation, ReleaseRef, Scope
 
 
 class OperationKind(StrEnum):
@@ -158,3 +159,24 @@ class Slot(BaseModel):
     pending: bool = False
     last_settled: str | None = Field(default=None, alias="lastSettled")
     last_settled_at: int | None = Field(default=None, alias="lastSettledAt")
+
+
+class Supersession(BaseModel):
+    """The decision to settle the slot's holder in favour of a new operation: how it settles, and until when the
+    settled holder is retained."""
+
+    model_config = ConfigDict(frozen=True)
+
+    operation_id: str
+    outcome: Outcome
+    retain_until: int
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What an operation would do now: its kind and plan, or (settled at admission) why there is none."""
+
+    kind: OperationKind
+    plan: Installation | None
+    plan_digest: str | None
+    note: str | None = None

@@ -1,8 +1,7 @@
-"""Installations: what a workspace has installed, and the pure rules that compute the next one (the plan).
+"""Installations: what a workspace has installed, where it applies (its scope) and the identifiers' rules.
 
 An installation is ``(tenant, workspace, installationId)``. Its ``version`` is bumped by every committed change and
-is the optimistic-concurrency token callers see as the ETag. Nothing here does I/O: planning is a pure function of
-the baseline row, the target release and the request, so preview, admission and the planning task agree.
+is the optimistic-concurrency token callers see as the ETag. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -11,11 +10,12 @@ import hashlib
 import json
 import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from packyard.errors import InvalidRequest
+from packyard.installations.grants import Grant
 
 INSTALLATION_ID = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
 WORKSPACE_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
@@ -71,19 +71,6 @@ class Creation(StrEnum):
     FRESH = "fresh"
     REPLACEMENT = "replacement"
     REMINTED = "reminted"
-
-
-class Grant(BaseModel):
-    """A permission granted to an installation: kind + resource, with where it came from."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: Literal["api_read", "api_write", "events", "state", "network"]
-    resource: str = "*"
-    origin: Literal["owner", "workflow"] = "owner"
-
-    def key(self) -> tuple[str, str]:
-        return (self.kind, self.resource)
 
 
 class ReleaseRef(BaseModel):
@@ -147,17 +134,3 @@ def plan_digest(installation: Installation) -> str:
         by_alias=True, mode="json", exclude={"updated_at", "last_operation_id", "instance_id"}
     )
     return hashlib.sha256(json.dumps(fixed, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def next_grants(current: list[Grant], declared: list[dict[str, Any]], origin: str) -> list[Grant]:
-    """Owners grant what the release declares; a workflow may only keep (or narrow to) what is already granted."""
-    wanted = {(p["kind"], p.get("resource", "*")) for p in declared}
-    if origin == "owner":
-        return sorted((Grant(kind=k, resource=r, origin="owner") for k, r in wanted), key=lambda g: g.key())  # type: ignore[arg-type]
-    return sorted((g for g in current if g.key() in wanted), key=lambda g: g.key())
-
-
-def widens(current: list[Grant], declared: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """Permissions the release declares that the installation has not been granted."""
-    granted = {g.key() for g in current}
-    return sorted({(p["kind"], p.get("resource", "*")) for p in declared} - granted)

@@ -7,6 +7,7 @@ validates them on read; the HTTP layer renders them with ``to_api``.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -103,6 +104,10 @@ class Upload(BaseModel):
     execution_arn: str | None = Field(default=None, alias="executionArn")
     rejection: Rejection | None = None
     settled_at: int | None = Field(default=None, alias="settledAt")
+
+    @property
+    def is_verifying(self) -> bool:
+        return self.state is UploadState.VERIFYING
 
     def is_expired(self, now: int) -> bool:
         return self.state is UploadState.EXPIRED or (
@@ -206,3 +211,14 @@ class Package(BaseModel):
             "versionCount": self.version_count,
             "createdAt": self.created_at,
         }
+
+
+@dataclass(frozen=True)
+class ArchiveLink:
+    """A short-lived download URL of a release's archive, with the digest to check the bytes against."""
+
+    url: str
+    expires_at: int
+    sha256: str
+    size: int
+    status: ReleaseStatus

@@ -5,6 +5,10 @@ blocks, so peak memory does not depend on the package size. The tar stream is wa
 (ustar, GNU long names, pax extended headers), not ``tarfile``: it hashes member data straight out of the inflate
 buffer without copying, and it bounds the size of every metadata header (``tarfile`` would read a pax header of any
 size into memory).
+
+Why one module of ~550 lines: the gzip member loop, the tar block parser and the per-entry checks share one
+streaming state (buffer, offsets, running hashes, limits); split apart, each piece would need the others' internals
+and the one-pass guarantee would be harder to see.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Protocol
 
 from packyard.config import Limits, MiB
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest
-from packyard.manifest import SPECIAL_MODE_BITS, Manifest, ManifestFile, check_path, fold_path, show_path
+from packyard.publishing.manifest import SPECIAL_MODE_BITS, Manifest, ManifestFile, check_path, fold_path, show_path
 
 READ_CHUNK = 1 * MiB
 """Compressed bytes asked of the stream per read."""

@@ -1,13 +1,26 @@
-"""Input models of the Step Functions tasks: the state input is validated before the domain sees it."""
+"""What the state machines hand their Lambda tasks: the state input, validated before the domain sees it.
+
+(Step Functions "tasks", not the ``task`` scope of an installation.)
+"""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from packyard.errors import InvalidRequest
+
+Input = TypeVar("Input", bound=BaseModel)
+
+
+def parse(model: type[Input], event: dict[str, Any]) -> Input:
+    """The state input as ``model``; an input that does not fit is ``invalid_request`` (a bug in the ASL)."""
+    try:
+        return model.model_validate(event)
+    except ValidationError as exc:
+        raise InvalidRequest(f"state input failed validation as {model.__name__}: {exc.error_count()} errors") from exc
 
 
 class UploadTask(BaseModel):
@@ -22,15 +35,8 @@ class UploadTask(BaseModel):
     error: dict[str, Any] | None = None
 
 
-def parse_upload_task(event: dict[str, Any]) -> UploadTask:
-    try:
-        return UploadTask.model_validate(event)
-    except ValidationError as exc:
-        raise InvalidRequest(f"task input failed validation: {exc.error_count()} errors") from exc
-
-
 class OperationTask(BaseModel):
-    """What the install state machine carries, plus what earlier states added (plan, commit, error)."""
+    """What the install state machine carries (earlier states add their results, e.g. ``plan``, ``error``)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -38,16 +44,21 @@ class OperationTask(BaseModel):
     workspace: str = Field(min_length=1)
     installation_id: str = Field(alias="installationId", min_length=1)
     operation_id: str = Field(alias="operationId", min_length=1)
-    plan: dict[str, Any] | None = None
-    commit: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
 
 
-def parse_operation_task(event: dict[str, Any]) -> OperationTask:
-    try:
-        return OperationTask.model_validate(event)
-    except ValidationError as exc:
-        raise InvalidRequest(f"task input failed validation: {exc.error_count()} errors") from exc
+class PlanningResult(BaseModel):
+    """What the planning task returned (at ``$.plan``): the operation version the plan was recorded at."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    version: int = Field(ge=1)
+
+
+class CommitTask(OperationTask):
+    """Commit needs the planning step's output at ``$.plan``."""
+
+    plan: PlanningResult
 
 
 def caught_error_message(error: dict[str, Any] | None, limit: int = 1000) -> str:

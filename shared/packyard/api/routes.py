@@ -1,0 +1,35 @@
+"""What a route documents besides its body: each success status with its response model, and the problem+json
+errors it can answer (by domain error class, so the codes listed are the ones the code raises)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from packyard.errors import PackyardError, Unauthorized
+
+PROBLEM_SCHEMA = {"$ref": "#/components/schemas/Problem"}
+
+
+def responses(ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]) -> dict[int, Any]:
+    """Powertools ``responses=`` for a route: ``ok`` maps a status to (description, model); every route may also
+    answer 401 (no valid tenant claim)."""
+    documented: dict[int, Any] = {
+        status: {"description": description, "content": {"application/json": {"model": model}}}
+        for status, (description, model) in ok.items()
+    }
+    by_status: dict[int, list[type[PackyardError]]] = defaultdict(list)
+    declared: list[type[PackyardError]] = [*errors, Unauthorized]
+    for error in declared:
+        if error not in by_status[error.status]:
+            by_status[error.status].append(error)
+    for status, classes in sorted(by_status.items()):
+        codes = ", ".join(f"`{cls.code}`" for cls in classes)
+        documented[status] = {
+            "description": f"{classes[0].title if len(classes) == 1 else 'Refused'} (problem+json: {codes})",
+            "content": {"application/problem+json": {"schema": PROBLEM_SCHEMA}},
+        }
+    return documented

@@ -1,0 +1,305 @@
+"""API response models of the workspace side: installations, operations, previews and ``resolved``.
+
+One model per route, separate from the domain models and from what the store keeps. Each renders, with
+``model_dump(by_alias=True, mode="json")``, exactly the JSON the handlers answered with when the bodies were hand-built
+dicts. Build them with ``View.of(domain, ...)``: constructors only reshape what they are given (download URLs and
+expiry times come in as arguments); they do no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Self
+
+from pydantic import Field
+
+from packyard.api.publishing_responses import ApiModel, ReleaseArchive
+
+# Domain types
+from packyard.installations.grants import Grant
+from packyard.installations.models import (
+    Creation,
+    Installation,
+    InstallationStatus,
+    ReleaseRef,
+    Scope,
+    ScopeKind,
+    etag,
+    plan_digest,
+)
+from packyard.operations.models import Intent, Operation, OperationKind, OperationState, Outcome, Preview
+from packyard.publishing.manifest import PermissionKind
+from packyard.workspaces.models import Resolved
+
+Origin = Literal["owner", "workflow"]
+ORIGIN = "who asked: the workspace owner, or a workflow acting for it (a workflow cannot widen grants)"
+
+
+# ---- workspaces: installations --------------------------------------------------------------------------------------
+
+
+class ReleaseRefView(ApiModel):
+    """The release an installation points at, pinned by digest so a runtime can verify what it loads."""
+
+    package: str
+    version: str
+    manifest_digest: str = Field(alias="manifestDigest", description="sha256 hex of the canonical manifest")
+    archive_sha256: str = Field(alias="archiveSha256", description="sha256 hex of the archive")
+    archive_size: int = Field(alias="archiveSize", description="archive size in bytes")
+
+    @classmethod
+    def of(cls, ref: ReleaseRef) -> Self:
+        return cls(
+            package=ref.package,
+            version=ref.version,
+            manifest_digest=ref.manifest_digest,
+            archive_sha256=ref.archive_sha256,
+            archive_size=ref.archive_size,
+        )
+
+
+class ScopeView(ApiModel):
+    """Where an installation applies; a workspace scope answers ``"id": null``."""
+
+    keep_null = frozenset({"id"})
+    kind: ScopeKind
+    id: str | None = Field(description="the task, session or repository; null for the workspace scope")
+
+    @classmethod
+    def of(cls, scope: Scope) -> Self:
+        return cls(kind=scope.kind, id=scope.id)
+
+
+class GrantView(ApiModel):
+    """A permission granted to an installation."""
+
+    kind: PermissionKind
+    resource: str = Field(description='what the grant covers; "*" for everything')
+    origin: Origin = Field(description="who granted it")
+
+    @classmethod
+    def of(cls, grant: Grant) -> Self:
+        return cls(kind=grant.kind, resource=grant.resource, origin=grant.origin)
+
+
+class InstallationView(ApiModel):
+    """``GET /v1/workspaces/{ws}/installations/{id}``, and the items of the installations list."""
+
+    keep_null = frozenset({"release", "previous"})
+    workspace: str
+    installation_id: str = Field(alias="installationId")
+    instance_id: str = Field(alias="instanceId", description="changes when the installation is created afresh")
+    version: int = Field(ge=1, description="bumped by every committed change; the ETag")
+    status: InstallationStatus
+    creation: Creation = Field(description="how the current instance came to be")
+    package: str
+    release: ReleaseRefView | None = Field(description="what is installed; null once removed")
+    previous: ReleaseRefView | None = Field(description="what was installed before (the rollback target), or null")
+    scope: ScopeView
+    grants: list[GrantView]
+    grant_generation: int = Field(alias="grantGeneration", description="bumped whenever the grants change")
+    config: dict[str, Any] = Field(description="free-form configuration given at install")
+    last_operation_id: str = Field(alias="lastOperationId", description="the operation that wrote this version")
+    updated_at: int = Field(alias="updatedAt", description="epoch seconds")
+    etag: str = Field(description='the version as an entity tag, e.g. "3"; send it as If-Match to change it')
+
+    @classmethod
+    def of(cls, inst: Installation) -> Self:
+        return cls(
+            workspace=inst.workspace,
+            installation_id=inst.installation_id,
+            instance_id=inst.instance_id,
+            version=inst.version,
+            status=inst.status,
+            creation=inst.creation,
+            package=inst.package,
+            release=ReleaseRefView.of(inst.release) if inst.release is not None else None,
+            previous=ReleaseRefView.of(inst.previous) if inst.previous is not None else None,
+            scope=ScopeView.of(inst.scope),
+            grants=[GrantView.of(g) for g in inst.grants],
+            grant_generation=inst.grant_generation,
+            config=inst.config,
+            last_operation_id=inst.last_operation_id,
+            updated_at=inst.updated_at,
+            etag=etag(inst.version),
+        )
+
+
+class InstallationPage(ApiModel):
+    """``GET /v1/workspaces/{ws}/installations``."""
+
+    keep_null = frozenset({"nextCursor"})
+    items: list[InstallationView]
+    next_cursor: str | None = Field(alias="nextCursor", description="pass as ?cursor= for the next page; null at end")
+
+    @classmethod
+    def of(cls, installations: list[Installation], next_cursor: str | None) -> Self:
+        return cls(items=[InstallationView.of(i) for i in installations], next_cursor=next_cursor)
+
+
+# ---- workspaces: operations -----------------------------------------------------------------------------------------
+
+
+class TargetView(ApiModel):
+    package: str
+    version: str
+
+
+class OutcomeView(ApiModel):
+    result: Literal["succeeded", "refused", "unconfirmed"]
+    status: int | None = Field(None, description="the HTTP status a refusal maps to")
+    code: str | None = Field(None, description="stable code, e.g. not_installed")
+    detail: str | None = None
+
+    @classmethod
+    def of(cls, outcome: Outcome) -> Self:
+        return cls(result=outcome.result, status=outcome.status, code=outcome.code, detail=outcome.detail)
+
+
+class OperationLinks(ApiModel):
+    self_link: str = Field(alias="self", description="poll this operation here")
+
+
+class OperationView(ApiModel):
+    """An installation operation: what ``PUT``/``DELETE …/installations/{id}`` and ``POST …/rollback`` admit (202
+    while in flight, 200 once settled) and ``GET /v1/workspaces/{ws}/operations/{opId}`` reads."""
+
+    operation_id: str = Field(alias="operationId")
+    workspace: str
+    installation_id: str = Field(alias="installationId")
+    kind: OperationKind = Field(description="derived from the request and the installation's state")
+    state: OperationState
+    intent: Intent
+    origin: Origin = Field(description=ORIGIN)
+    attempt: int = Field(description="restarts of the workflow after a lost lease")
+    created_at: int = Field(alias="createdAt", description="epoch seconds")
+    updated_at: int = Field(alias="updatedAt", description="epoch seconds")
+    release: TargetView | None = Field(None, description="the release it installs; absent for an uninstall")
+    installation_version: int | None = Field(
+        None, alias="installationVersion", description="the installation version its plan writes, once planned"
+    )
+    outcome: OutcomeView | None = Field(None, description="how it settled")
+    note: str | None = Field(None, description="e.g. not_installed")
+    phase: str | None = Field(None, description="where a pending operation waits")
+    error_code: str | None = Field(None, alias="errorCode", description="the last error's code")
+    settled_at: int | None = Field(None, alias="settledAt", description="epoch seconds")
+    superseded_by: str | None = Field(None, alias="supersededBy", description="the operation that took its slot")
+    supersedes: str | None = Field(None, description="the operation whose slot it took")
+    links: OperationLinks
+
+    @classmethod
+    def of(cls, op: Operation) -> Self:
+        return cls(
+            operation_id=op.operation_id,
+            workspace=op.workspace,
+            installation_id=op.installation_id,
+            kind=op.kind,
+            state=op.state,
+            intent=op.intent,
+            origin=op.origin,
+            attempt=op.attempt,
+            created_at=op.created_at,
+            updated_at=op.updated_at,
+            release=TargetView(package=op.target.package, version=op.target.version) if op.target else None,
+            installation_version=op.plan.version if op.plan else None,
+            outcome=OutcomeView.of(op.outcome) if op.outcome else None,
+            note=op.note,
+            phase=op.phase,
+            error_code=op.error_code,
+            settled_at=op.settled_at,
+            superseded_by=op.superseded_by,
+            supersedes=op.supersedes,
+            links=OperationLinks(self_link=f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"),
+        )
+
+
+class PreviewView(ApiModel):
+    """``POST …/installations/{id}/preview``: the plan an operation would commit now, or why there is none."""
+
+    keep_null = frozenset({"plan", "planDigest"})
+    kind: OperationKind
+    note: str | None = Field(None, description="why nothing would be planned (it would settle at admission)")
+    plan: InstallationView | None = Field(description="the installation it would write; null when none")
+    plan_digest: str | None = Field(
+        alias="planDigest", description="send as planDigest to admit exactly this plan; null when none"
+    )
+
+    @classmethod
+    def of_preview(cls, preview: Preview) -> Self:
+        plan = InstallationView.of(preview.plan) if preview.plan is not None else None
+        return cls(kind=preview.kind, note=preview.note, plan=plan, plan_digest=preview.plan_digest)
+
+    @classmethod
+    def of(cls, op: Operation, plan: Installation | None) -> Self:
+        """``plan`` None: the operation settles at admission (e.g. uninstalling what is not installed)."""
+        if plan is None:
+            return cls(kind=op.kind, note=op.note, plan=None, plan_digest=None)
+        return cls(kind=op.kind, plan=InstallationView.of(plan), plan_digest=plan_digest(plan))
+
+
+# ---- workspaces: what a runtime loads -------------------------------------------------------------------------------
+
+
+class ResolvedScopeView(ApiModel):
+    """Unlike an installation's scope, ``id`` is left out (not null) for the workspace scope."""
+
+    kind: ScopeKind
+    id: str | None = Field(None, description="the task, session or repository; absent for the workspace scope")
+
+
+class ResolvedArchive(ReleaseArchive):
+    url: str = Field(description="presigned GET URL of the archive")
+
+
+class ResolvedInstallationView(ApiModel):
+    installation_id: str = Field(alias="installationId")
+    instance_id: str = Field(alias="instanceId")
+    version: int = Field(description="the installation version")
+    package: str
+    release: str = Field(description="the installed version of the package")
+    manifest_digest: str = Field(alias="manifestDigest", description="verify the manifest against this")
+    archive: ResolvedArchive
+    manifest_url: str = Field(alias="manifestUrl", description="presigned GET URL of the manifest")
+    scope: ResolvedScopeView
+    grants: list[GrantView]
+    grant_generation: int = Field(alias="grantGeneration")
+    config: dict[str, Any] = Field(description="free-form configuration given at install")
+
+    @classmethod
+    def of(cls, inst: Installation, archive_url: str, manifest_url: str) -> Self:
+        release = inst.release
+        if release is None:
+            raise ValueError(f"installation {inst.installation_id} has no release to resolve")
+        return cls(
+            installation_id=inst.installation_id,
+            instance_id=inst.instance_id,
+            version=inst.version,
+            package=release.package,
+            release=release.version,
+            manifest_digest=release.manifest_digest,
+            archive=ResolvedArchive(sha256=release.archive_sha256, size=release.archive_size, url=archive_url),
+            manifest_url=manifest_url,
+            scope=ResolvedScopeView(kind=inst.scope.kind, id=inst.scope.id),
+            grants=[GrantView.of(g) for g in inst.grants],
+            grant_generation=inst.grant_generation,
+            config=inst.config,
+        )
+
+
+class ResolvedView(ApiModel):
+    """``GET /v1/workspaces/{ws}/resolved``: active installations, their digests, grants and download URLs."""
+
+    workspace: str
+    items: list[ResolvedInstallationView]
+    expires_at: int = Field(alias="expiresAt", description="when the URLs stop working, epoch seconds")
+
+    @classmethod
+    def of_resolved(cls, resolved: Resolved) -> Self:
+        items = [
+            ResolvedInstallationView.of(entry.installation, entry.archive_url, entry.manifest_url)
+            for entry in resolved.entries
+        ]
+        return cls(workspace=resolved.workspace, items=items, expires_at=resolved.expires_at)
+
+    @classmethod
+    def of(cls, workspace: str, items: list[ResolvedInstallationView], expires_at: int) -> Self:
+        return cls(workspace=workspace, items=items, expires_at=expires_at)

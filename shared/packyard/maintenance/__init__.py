@@ -1,0 +1,1 @@
+"""Maintenance: EventBridge-scheduled sweeps over the due index (reserved; not built yet)."""

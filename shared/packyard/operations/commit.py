@@ -1,0 +1,88 @@
+"""Commit: compare-and-put the recorded plan on the installation's baseline version, exactly once.
+
+If the installation row already equals the plan (an earlier attempt committed it and died), the commit is an exact
+replay: the operation's transition is recorded and nothing is bumped twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packyard import clock
+from packyard.config import limits
+from packyard.errors import ClaimLost, LimitExceeded, StaleAuthority
+from packyard.installations.models import Installation, ScopeKind
+from packyard.observability import logger, tracer
+from packyard.operations.models import OperationState
+from packyard.operations.planning import load
+from packyard.operations.timing import lease_until
+from packyard.store import workspace
+
+# a change of live-installation counters: (task id, or None for the workspace's own counter; delta; limit)
+CounterChange = tuple[str | None, int, int]
+
+
+@tracer.capture_method(capture_response=False)
+def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_version: int) -> dict[str, Any]:
+    """Compare-and-put the plan on the baseline version; an installation already equal to the plan is a replay."""
+    logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
+    op = load(tenant, workspace_id, operation_id)
+    if op.state in (OperationState.COMMITTED, OperationState.SETTLED):
+        return {"version": op.version, "committed": True, "replay": True}
+    if op.state is not OperationState.PLANNED or op.version != planned_version or op.plan is None:
+        raise ClaimLost(f"operation {operation_id} is {op.state} v{op.version}, not planned v{planned_version}")
+    plan = op.plan
+    now = clock.now()
+    committed = op.model_copy(
+        update={
+            "state": OperationState.COMMITTED,
+            "version": op.version + 1,
+            "lease_until": lease_until(now),
+            "updated_at": now,
+        }
+    )
+    conflict = workspace.commit(
+        op,
+        committed,
+        plan,
+        baseline_version=op.baseline.version if op.baseline else None,
+        counts=counter_changes(op.baseline, plan),
+        lease_until=committed.lease_until,
+    )
+    if conflict is None:
+        logger.info("operation committed", extra={"installationVersion": plan.version})
+        return {"version": committed.version, "committed": True}
+    current = workspace.get_installation(tenant, workspace_id, op.installation_id)
+    if current is not None and current.same_content(plan):
+        # the row already equals the plan: an earlier attempt committed it. Record the transition only.
+        workspace.transition(op, committed)
+        return {"version": committed.version, "committed": True, "replay": True}
+    if conflict.operation_changed or conflict.slot_lost:
+        raise ClaimLost(f"operation {operation_id} lost its claim before commit")
+    if conflict.limit_reached:
+        raise LimitExceeded("installation limit reached while committing")
+    raise StaleAuthority(
+        f"installation {op.installation_id} moved from version "
+        f"{op.baseline.version if op.baseline else None} to {current.version if current else None}"
+    )
+
+
+def counter_changes(baseline: Installation | None, plan: Installation) -> list[CounterChange]:
+    """How the live-installation counters move when ``plan`` replaces ``baseline`` (pure)."""
+    bounds = limits()
+    base = baseline if baseline and baseline.is_live else None
+    changes: list[CounterChange] = []
+    was_live, is_live = base is not None, plan.is_live
+    if was_live != is_live:
+        changes.append((None, 1 if is_live else -1, bounds.max_installations_per_workspace))
+    old_task, new_task = _task_of(base), _task_of(plan if is_live else None)
+    if old_task != new_task:
+        if old_task:
+            changes.append((old_task, -1, bounds.max_installations_per_task))
+        if new_task:
+            changes.append((new_task, 1, bounds.max_installations_per_task))
+    return changes
+
+
+def _task_of(installation: Installation | None) -> str | None:
+    return installation.scope.id if installation and installation.scope.kind is ScopeKind.TASK else None

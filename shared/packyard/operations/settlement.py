@@ -1,0 +1,125 @@
+"""Settlement: the terminal outcome of an operation (or its deferral to ``pending``), and freeing its slot.
+
+Every Catch of the install state machine lands here with the caught error. ``outcome_of`` maps what happened to an
+outcome (a pure decision); ``settle_task`` writes it, with ``succeeded`` only when the installation row still is
+what this operation committed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from packyard import clock
+from packyard.errors import (
+    LimitExceeded,
+    NeedsConsent,
+    NotFound,
+    PackyardError,
+    PlanChanged,
+    ReleaseUnavailable,
+    StaleAuthority,
+)
+from packyard.observability import logger, metrics, tracer
+from packyard.operations.models import Operation, OperationState, Outcome, Slot
+from packyard.operations.timing import retained_until
+from packyard.store import workspace
+from packyard.workflow_inputs import caught_error_message
+
+# errorType (the exception class name Step Functions reports) → definitive refusal
+REFUSALS: dict[str, type[PackyardError]] = {
+    cls.__name__: cls for cls in (NeedsConsent, StaleAuthority, LimitExceeded, ReleaseUnavailable, PlanChanged)
+}
+# errorTypes a later attempt may get past: the operation is deferred (pending), not settled
+TRANSIENT = ("TransientStoreError", "Lambda.", "States.Timeout", "States.HeartbeatTimeout")
+OUTCOME_DETAIL_LIMIT = 500
+NO_LONGER_PLANNED = Outcome(
+    result="unconfirmed", code="outcome_unknown", detail="the installation no longer matches the committed plan"
+)
+
+
+@tracer.capture_method(capture_response=False)
+def settle_task(
+    tenant: str, workspace_id: str, installation_id: str, operation_id: str, error: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Write the terminal outcome (or defer to pending on a transient failure) and free the slot."""
+    logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
+    op, slot = workspace.read_operation_and_slot(tenant, workspace_id, installation_id, operation_id)
+    if op is None:
+        raise NotFound(f"operation {operation_id} not found")
+    if op.state is OperationState.SETTLED:
+        return {"settled": True, "outcome": op.outcome.model_dump(exclude_none=True) if op.outcome else None}
+    if op.state is OperationState.PENDING:
+        # an earlier attempt of this settle already deferred it: deferring again would lose the phase it stopped in
+        return {"settled": False, "pending": True, "phase": op.phase, "errorCode": op.error_code}
+    now = clock.now()
+    error_type = str((error or {}).get("Error", ""))
+    if error_type == "ClaimLost":
+        return {"settled": False, "reason": "claim_lost"}
+    if error_type.startswith(TRANSIENT):
+        return _defer(op, error_type, now)
+    outcome = outcome_of(op, error_type, caught_error_message(error, limit=OUTCOME_DETAIL_LIMIT))
+    settled = _settled(op, outcome, now)
+    retire = _retiring(op, slot)
+    confirm = (op.plan.version, op.operation_id) if outcome.result == "succeeded" and op.plan is not None else None
+    if not workspace.settle(op, settled, slot=slot, confirm_installation=confirm, retire=retire):
+        settled = _settled(op, NO_LONGER_PLANNED, now)
+        workspace.settle(op, settled, slot=slot, confirm_installation=None, retire=retire)
+    final = settled.outcome or outcome
+    metrics.add_metric(name=f"Operations{final.result.title()}", unit=MetricUnit.Count, value=1)
+    logger.info("operation settled", extra={"outcome": final.result, "code": final.code})
+    return {"settled": True, "outcome": final.model_dump(exclude_none=True)}
+
+
+def outcome_of(op: Operation, error_type: str, error_message: str) -> Outcome:
+    """The outcome of ``op`` given the errorType it was caught with ("" when its workflow ran to the end)."""
+    if not error_type:
+        if op.state is OperationState.COMMITTED and op.plan is not None:
+            return Outcome(result="succeeded")
+        return Outcome(result="unconfirmed", code="interrupted", detail=f"settled while {op.state}")
+    refusal = REFUSALS.get(error_type)
+    if refusal is not None:
+        return Outcome(result="refused", status=refusal.status, code=refusal.code, detail=error_message)
+    code = "outcome_unknown" if op.state is OperationState.COMMITTED else "interrupted"
+    return Outcome(result="unconfirmed", code=code, detail=f"{error_type}: {error_message}"[:OUTCOME_DETAIL_LIMIT])
+
+
+def _settled(op: Operation, outcome: Outcome, now: int) -> Operation:
+    return op.model_copy(
+        update={
+            "state": OperationState.SETTLED,
+            "version": op.version + 1,
+            "outcome": outcome,
+            "settled_at": now,
+            "updated_at": now,
+        }
+    )
+
+
+def _retiring(op: Operation, slot: Slot | None) -> tuple[str, int] | None:
+    """Settling makes ``op`` the installation's latest settled operation: the one before it starts its retention
+    clock (from when it settled)."""
+    if slot is None or slot.operation_id != op.operation_id:
+        return None
+    if slot.last_settled is None or slot.last_settled == op.operation_id or slot.last_settled_at is None:
+        return None
+    return slot.last_settled, retained_until(slot.last_settled_at)
+
+
+def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:
+    """Park the operation as pending (its slot says so, so another request may supersede it); a retry with the
+    same key resumes it in the phase it stopped in."""
+    deferred = op.model_copy(
+        update={
+            "state": OperationState.PENDING,
+            "version": op.version + 1,
+            "phase": str(op.state),
+            "error_code": error_type[:120],
+            "updated_at": now,
+        }
+    )
+    workspace.transition(op, deferred, slot_lease=now, slot_pending=True)
+    metrics.add_metric(name="OperationsDeferred", unit=MetricUnit.Count, value=1)
+    logger.info("operation deferred", extra={"phase": deferred.phase, "errorCode": deferred.error_code})
+    return {"settled": False, "pending": True, "phase": deferred.phase, "errorCode": deferred.error_code}

@@ -1,0 +1,21 @@
+"""Starting the install state machine for an operation: the execution name is the operation id (plus the attempt),
+so starting twice is harmless and a finished execution of that name is not run again."""
+
+from __future__ import annotations
+
+from packyard.config import required
+from packyard.operations.models import Operation
+from packyard.store import workflows
+
+
+def start(op: Operation) -> None:
+    workflows.start(
+        required("install_state_machine_arn").install_state_machine_arn,
+        op.execution_name(),
+        {
+            "tenant": op.tenant,
+            "workspace": op.workspace,
+            "installationId": op.installation_id,
+            "operationId": op.operation_id,
+        },
+    )

@@ -1,0 +1,80 @@
+"""Rejection (the publish state machine's Catch target): record why, give the reservation back, publish nothing,
+and discard the staged objects. Fenced: a stale execution changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from packyard import clock
+from packyard.errors import ArchiveRejected, ClaimLost, NotFound, PackyardError, VersionExists
+from packyard.observability import logger, metrics, tracer
+from packyard.publishing.models import Rejection, Upload, UploadState
+from packyard.publishing.uploads import retained_until
+from packyard.publishing.verification import claimed
+from packyard.store import blobs, catalog
+from packyard.workflow_inputs import caught_error_message
+
+
+@tracer.capture_method(capture_response=False)
+def reject(
+    tenant: str, upload_id: str, token: str, verdict: dict[str, Any] | None, error: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Record why, give the reservation back, publish nothing. Fenced: a stale execution changes nothing."""
+    logger.append_keys(tenant=tenant, uploadId=upload_id)
+    rejection = rejection_from(verdict, error)
+    try:
+        upload = claimed(tenant, upload_id, token)
+    except (ClaimLost, NotFound):
+        return {"rejected": False, "reason": "claim_lost"}
+    if upload.state is not UploadState.VERIFYING:
+        return {"rejected": upload.state is UploadState.REJECTED, "state": str(upload.state)}
+    try:
+        now = clock.now()
+        catalog.settle_upload_without_release(
+            upload,
+            UploadState.REJECTED,
+            rejection.model_dump(by_alias=True, exclude_none=True),
+            now,
+            retain_until=retained_until(now),
+        )
+    except ClaimLost:
+        return {"rejected": False, "reason": "claim_lost"}
+    _discard_staging(upload)
+    metrics.add_metric(name="UploadsRejected", unit=MetricUnit.Count, value=1)
+    logger.info("upload rejected", extra={"code": rejection.code, "subCode": rejection.sub_code})
+    return {"rejected": True, "rejection": rejection.to_api()}
+
+
+# errorType (the exception class name, as Step Functions reports it) → the stable code the caller sees
+_ERROR_CODES: dict[str, str] = {cls.__name__: cls.code for cls in (VersionExists, ArchiveRejected, ClaimLost)}
+
+
+def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None) -> Rejection:
+    if verdict and verdict.get("verdict") == "rejected":
+        return Rejection(
+            code=verdict.get("code", "archive_rejected"),
+            sub_code=verdict.get("subCode"),
+            detail=str(verdict.get("detail", ""))[:1000],
+        )
+    error = error or {}
+    error_type = str(error.get("Error", "States.Unknown"))
+    code = _ERROR_CODES.get(error_type, "publish_failed")
+    detail = caught_error_message(error) or error_type
+    return Rejection(code=code, detail=detail)
+
+
+def _discard_staging(upload: Upload) -> None:
+    """Staged objects of a rejected session are deleted now rather than left to the lifecycle rule."""
+    try:
+        blobs.delete_prefix_objects(
+            [
+                blobs.staged_archive_key(upload.tenant, upload.upload_id, upload.token),
+                blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token),
+            ]
+        )
+    except PackyardError:
+        logger.warning(
+            "could not discard staged objects; the lifecycle rule will", extra={"uploadId": upload.upload_id}
+        )

@@ -1,0 +1,75 @@
+"""Verification (a publish state machine task): re-read the stored archive once, hash it and walk it against the
+manifest. Never trusts the client's checksum. Returns a verdict; a Choice state routes to publish or reject."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from packyard.config import limits
+from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost
+from packyard.observability import logger, metrics, tracer
+from packyard.publishing.archive_verifier import verify_archive
+from packyard.publishing.manifest import parse_manifest
+from packyard.publishing.models import ArchiveSource, Upload, UploadState
+from packyard.store import blobs, catalog
+
+
+def claimed(tenant: str, upload_id: str, token: str) -> Upload:
+    upload = catalog.get_upload(tenant, upload_id)
+    if upload.token != token:
+        raise ClaimLost(f"upload {upload_id} token does not match this execution")
+    return upload
+
+
+@tracer.capture_method(capture_response=False)
+def verify(tenant: str, upload_id: str, token: str) -> dict[str, Any]:
+    """Re-read the stored archive once, hash it and walk it against the manifest. Returns a verdict."""
+    logger.append_keys(tenant=tenant, uploadId=upload_id)
+    upload = claimed(tenant, upload_id, token)
+    if upload.state is UploadState.PUBLISHED:
+        return {"verdict": "accepted", "replay": True}
+    if upload.state is not UploadState.VERIFYING:
+        return {"verdict": "rejected", "code": "claim_lost", "detail": f"upload is {upload.state}"}
+    bounds = limits()
+    raw_manifest = blobs.read_bytes(blobs.staged_manifest_key(tenant, upload_id, token))
+    if raw_manifest is None:
+        return _verdict_rejected(ArchiveRejected(ArchiveRejectCode.CORRUPT_ARCHIVE, "staged manifest is missing"))
+    manifest = parse_manifest(raw_manifest, bounds)
+    key = archive_key(upload)
+    opened = blobs.open_stream(key)
+    if opened is None:
+        return _verdict_rejected(ArchiveRejected(ArchiveRejectCode.MISSING_FILE, "the archive object is missing"))
+    try:
+        verified = verify_archive(
+            opened.stream,
+            manifest,
+            declared_size=upload.archive_size,
+            declared_sha256=upload.archive_sha256,
+            limits=bounds,
+        )
+    except ArchiveRejected as rejected:
+        metrics.add_metric(name="ArchivesRejected", unit=MetricUnit.Count, value=1)
+        logger.info("archive rejected", extra={"subCode": str(rejected.sub_code)})
+        return _verdict_rejected(rejected)
+    finally:
+        opened.stream.close()
+    metrics.add_metric(name="ArchivesVerified", unit=MetricUnit.Count, value=1)
+    metrics.add_metric(name="VerifiedBytes", unit=MetricUnit.Bytes, value=verified.archive_size)
+    return {
+        "verdict": "accepted",
+        "archiveEtag": opened.etag,
+        "unpackedSize": verified.unpacked_size,
+        "fileCount": verified.file_count,
+    }
+
+
+def _verdict_rejected(rejected: ArchiveRejected) -> dict[str, Any]:
+    return {"verdict": "rejected", "code": rejected.code, "subCode": str(rejected.sub_code), "detail": rejected.detail}
+
+
+def archive_key(upload: Upload) -> str:
+    if upload.source is ArchiveSource.BLOB:
+        return blobs.blob_key(upload.tenant, upload.archive_sha256)
+    return blobs.staged_archive_key(upload.tenant, upload.upload_id, upload.token)

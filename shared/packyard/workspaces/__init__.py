@@ -1,0 +1,1 @@
+"""Workspace reads: installations, operations and what a runtime loads (``resolved``)."""

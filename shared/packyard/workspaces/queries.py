@@ -1,0 +1,65 @@
+"""Reading a workspace: its installations, one installation, an operation, and what a runtime loads (``resolved``)."""
+
+from __future__ import annotations
+
+from packyard import clock
+from packyard.config import limits
+from packyard.errors import NotFound
+from packyard.installations.models import (
+    Installation,
+    InstallationStatus,
+    check_installation_id,
+    check_workspace_id,
+)
+from packyard.operations.models import Operation
+from packyard.store import blobs, workspace
+from packyard.workspaces.models import Resolved, ResolvedEntry
+
+MAX_PAGE = 100
+
+
+def list_installations(
+    tenant: str, workspace_id: str, limit: int, cursor: str | None
+) -> tuple[list[Installation], str | None]:
+    check_workspace_id(workspace_id)
+    return workspace.list_installations(tenant, workspace_id, limit=min(limit, MAX_PAGE), cursor=cursor)
+
+
+def get_installation(tenant: str, workspace_id: str, installation_id: str) -> Installation:
+    check_workspace_id(workspace_id)
+    check_installation_id(installation_id)
+    found = workspace.get_installation(tenant, workspace_id, installation_id)
+    if found is None:
+        raise NotFound(f"installation {installation_id} not found in workspace {workspace_id}")
+    return found
+
+
+def get_operation(tenant: str, workspace_id: str, operation_id: str) -> Operation:
+    op = workspace.get_operation(tenant, check_workspace_id(workspace_id), operation_id)
+    if op is None:
+        raise NotFound(f"operation {operation_id} not found")
+    return op
+
+
+def resolved(tenant: str, workspace_id: str) -> Resolved:
+    """Active installations with the digests to verify, their grants and short-lived download URLs."""
+    check_workspace_id(workspace_id)
+    ttl = limits().download_url_ttl_seconds
+    entries: list[ResolvedEntry] = []
+    cursor = None
+    while True:
+        page, cursor = workspace.list_installations(tenant, workspace_id, limit=MAX_PAGE, cursor=cursor)
+        for inst in page:
+            if inst.status is not InstallationStatus.ACTIVE or inst.release is None:
+                continue
+            release = inst.release
+            entries.append(
+                ResolvedEntry(
+                    installation=inst,
+                    archive_url=blobs.presigned_get(blobs.blob_key(tenant, release.archive_sha256), ttl),
+                    manifest_url=blobs.presigned_get(blobs.blob_key(tenant, release.manifest_digest), ttl),
+                )
+            )
+        if not cursor:
+            break
+    return Resolved(workspace=workspace_id, entries=entries, expires_at=clock.now() + ttl)
