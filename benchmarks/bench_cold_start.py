@@ -1,7 +1,7 @@
 """Cold start: the time to import each handler vs a bare Powertools resolver handler, as a ratio in one run.
 
 Each import runs in a fresh interpreter (median of 5); the figure is what Lambda's init phase pays before the first
-invocation. DESIGN.md target: every handler <= 1.3x the bare resolver.
+invocation. docs/architecture.md target: every handler <= 1.3x the bare resolver.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def main() -> None:
             style = "green" if ratio <= 1.3 else "red"
             table.add_row(handler.parent.name, f"{seconds * 1000:.0f}", f"[{style}]{ratio:.2f}[/]")
         Console().print(table)
-        Console().print("target: <= 1.30 (DESIGN.md)")
+        Console().print("target: <= 1.30 (docs/architecture.md)")
 
 
 if __name__ == "__main__":

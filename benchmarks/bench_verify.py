@@ -1,4 +1,5 @@
-"""Archive verifier benchmark (DESIGN.md "Targets"): throughput and peak memory. Prints figures; asserts nothing.
+"""Archive verifier benchmark (docs/architecture.md, "Targets"): throughput and peak memory. Prints figures;
+asserts nothing.
 
     python benchmarks/bench_verify.py
 

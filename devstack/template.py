@@ -16,6 +16,9 @@ Physical names follow CloudFormation's habit of ``<stack>-<LogicalId>``:
 An explicit ``TableName`` / ``BucketName`` / ``StateMachineName`` (``Name``) property wins, as on AWS.
 Only the intrinsic functions this template uses are resolved; anything else raises
 :class:`UnsupportedTemplateError` naming the resource and the function.
+
+Why one module of ~580 lines: it is a small CloudFormation interpreter (intrinsics, physical names, one
+creator per resource type) whose pieces all share the resolution context; split, each would import the rest.
 """
 
 from __future__ import annotations

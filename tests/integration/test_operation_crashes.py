@@ -98,6 +98,7 @@ def test_each_install_task_converges_after_a_crash_at_every_call(published, stac
 
 @pytest.mark.parametrize("task", TASKS)
 def test_update_task_crash_never_double_bumps(published, stack, started, task):
+    crashed_at: list[int] = []
     for k in range(1, MAX_CALLS):
         installation = f"up-{task.lower()[:4]}-{k}"
         published.install(WS, installation, "hello", "1.0.0", key=f"i-{task}-{k}")
@@ -108,6 +109,13 @@ def test_update_task_crash_never_double_bumps(published, stack, started, task):
         _assert_converged(published, stack, installation, admitted.body["operationId"], 2, "2.0.0")
         if not crashed:
             break
+        crashed_at.append(k)
+    else:
+        pytest.fail(f"{task} still crashed after call {MAX_CALLS - 1}: its later crash points were not exercised")
+    # the run without a crash is the first k past the task's last AWS call: every call before it was a crash point,
+    # and the crash must really have been injected there (else this test proves nothing about double bumps)
+    assert crashed_at == list(range(1, k)), f"{task}: crashes injected after calls {crashed_at}, expected 1..{k - 1}"
+    assert len(crashed_at) >= 2, f"{task}: crash injected after only {len(crashed_at)} call(s); is injection working?"
 
 
 def test_admission_crash_then_client_resend_converges(published, stack, started):

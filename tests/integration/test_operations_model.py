@@ -24,6 +24,9 @@ Checked after every step, from what is stored (not from the model):
 * every admitted/planned/committed operation has a live execution for its attempt (nothing is orphaned);
 * the workspace's live-installation counter equals the number of live installations;
 and the stored operations, installations and slots equal the reference model's.
+
+Why one module of ~1,050 lines: the reference model, the stateful machine that drives it and the regression
+tests it found share one set of builders and invariants; splitting would scatter what the model asserts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Manifest model, parse_manifest rules, check_path and the canonical form / digests."""
+"""Manifest model, parse_manifest rules, check_path and the canonical form / digests.
+
+Why one module of ~470 lines: one table per manifest rule, sharing the manifest builders.
+"""
 
 from __future__ import annotations
 

@@ -109,11 +109,6 @@ class Installation(BaseModel):
     def is_live(self) -> bool:
         return self.status is not InstallationStatus.REMOVED
 
-    def to_api(self) -> dict[str, Any]:
-        body = self.model_dump(by_alias=True, mode="json", exclude={"tenant"})
-        body["etag"] = etag(self.version)
-        return body
-
     def same_content(self, other: Installation) -> bool:
         """Equal in everything a plan fixes, including which operation wrote it (an exact replay of a commit)."""
         return (

@@ -114,38 +114,6 @@ class Operation(BaseModel):
     def execution_name(self) -> str:
         return self.operation_id if self.attempt == 0 else f"{self.operation_id}-{self.attempt}"
 
-    def to_api(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "operationId": self.operation_id,
-            "workspace": self.workspace,
-            "installationId": self.installation_id,
-            "kind": str(self.kind),
-            "state": str(self.state),
-            "intent": str(self.intent),
-            "origin": self.origin,
-            "attempt": self.attempt,
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-        }
-        if self.target:
-            body["release"] = {"package": self.target.package, "version": self.target.version}
-        if self.plan:
-            body["installationVersion"] = self.plan.version
-        if self.outcome:
-            body["outcome"] = self.outcome.model_dump(exclude_none=True)
-        for name, value in (
-            ("note", self.note),
-            ("phase", self.phase),
-            ("errorCode", self.error_code),
-            ("settledAt", self.settled_at),
-            ("supersededBy", self.superseded_by),
-            ("supersedes", self.supersedes),
-        ):
-            if value is not None:
-                body[name] = value
-        body["links"] = {"self": f"/v1/workspaces/{self.workspace}/operations/{self.operation_id}"}
-        return body
-
 
 class Slot(BaseModel):
     """The installation's single in-flight slot. ``claim`` counts claims, so a takeover is a compare-and-set."""

@@ -1,7 +1,7 @@
 """Domain models of the publish side: upload sessions and releases.
 
 These are what the domain reasons about. The data access layer stores them with a ``schemaVersion`` and
-validates them on read; the HTTP layer renders them with ``to_api``.
+validates them on read; the HTTP layer renders them with its own response models (``packyard.api``).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class Rejection(BaseModel):
     sub_code: str | None = Field(default=None, alias="subCode")
     detail: str
 
-    def to_api(self) -> dict[str, Any]:
+    def as_output(self) -> dict[str, Any]:
+        """How a rejection reads in the publish state machine's output."""
         body = {"code": self.code, "detail": self.detail}
         if self.sub_code:
             body["subCode"] = self.sub_code
@@ -113,27 +114,6 @@ class Upload(BaseModel):
         return self.state is UploadState.EXPIRED or (
             self.state is UploadState.AWAITING_UPLOAD and now >= self.expires_at
         )
-
-    def to_api(self, now: int) -> dict[str, Any]:
-        state = UploadState.EXPIRED if self.is_expired(now) else self.state
-        body: dict[str, Any] = {
-            "uploadId": self.upload_id,
-            "package": self.package,
-            "version": self.version,
-            "state": str(state),
-            "uploadRequired": self.source is ArchiveSource.UPLOAD,
-            "archive": {"size": self.archive_size, "sha256": self.archive_sha256},
-            "manifestDigest": self.manifest_digest,
-            "contentDigest": self.content_digest,
-            "expiresAt": self.expires_at,
-        }
-        if self.execution_arn:
-            body["executionArn"] = self.execution_arn
-        if self.rejection:
-            body["rejection"] = self.rejection.to_api()
-        if state is UploadState.PUBLISHED:
-            body["release"] = f"/v1/packages/{self.package}/versions/{self.version}"
-        return body
 
 
 class ReleaseStatus(StrEnum):
@@ -177,23 +157,6 @@ class Release(BaseModel):
             "publishedAt": self.published_at,
         }
 
-    def to_api(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "package": self.package,
-            "version": self.version,
-            "status": str(self.status),
-            "manifestDigest": self.manifest_digest,
-            "contentDigest": self.content_digest,
-            "archive": {"sha256": self.archive_sha256, "size": self.archive_size},
-            "unpackedSize": self.unpacked_size,
-            "fileCount": self.file_count,
-            "permissions": self.permissions,
-            "publishedAt": self.published_at,
-        }
-        if self.yanked_at is not None:
-            body["yankedAt"] = self.yanked_at
-        return body
-
 
 class Package(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
@@ -203,14 +166,6 @@ class Package(BaseModel):
     created_at: int = Field(alias="createdAt")
     latest_version: str = Field(alias="latestVersion")
     version_count: int = Field(alias="versionCount")
-
-    def to_api(self) -> dict[str, Any]:
-        return {
-            "package": self.package,
-            "latestVersion": self.latest_version,
-            "versionCount": self.version_count,
-            "createdAt": self.created_at,
-        }
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def reject(
     _discard_staging(upload)
     metrics.add_metric(name="UploadsRejected", unit=MetricUnit.Count, value=1)
     logger.info("upload rejected", extra={"code": rejection.code, "subCode": rejection.sub_code})
-    return {"rejected": True, "rejection": rejection.to_api()}
+    return {"rejected": True, "rejection": rejection.as_output()}
 
 
 # errorType (the exception class name, as Step Functions reports it) → the stable code the caller sees
