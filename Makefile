@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo serve openapi test test-fast lint format bench validate clean
+.PHONY: help demo serve openapi test test-fast lint format bench validate clean invoke events build deploy
 
 help:
 	@echo "make demo      the CLI journey against the local stack (publish, rejection, installs), no AWS account"
@@ -15,6 +15,8 @@ help:
 	@echo "make bench     print benchmark figures"
 	@echo "make lint      ruff + mypy"
 	@echo "make validate  cfn-lint and sam validate --lint on template.yaml"
+	@echo "make invoke    FN=verify [EVENT=events/sfn_verify.json]: one function, in-process, on a fresh local stack"
+	@echo "make build     sam build (needs python3.12, the Lambda runtime); make deploy ENV=dev|prod: sam deploy"
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,6 +65,41 @@ bench: $(STAMP)
 validate: $(STAMP) $(SAM_VENV)/.installed
 	$(BIN)/cfn-lint template.yaml
 	$(SAM_VENV)/bin/sam validate --lint --region us-east-1
+
+# ---- one function, the Docker-free `sam local invoke` (packyard_cli/invoke.py); `make invoke` alone lists them
+FN ?=
+EVENT ?=
+invoke: $(STAMP)
+	@$(BIN)/python -m packyard_cli.invoke $(FN) $(EVENT)
+
+# rewrite events/ (the sample event of every function) from the seed make invoke uses
+events: $(STAMP)
+	$(BIN)/python -m packyard_cli.invoke --write-events
+
+# ---- SAM: build with the Lambda runtime's Python (python3.12), deploy with samconfig.toml's ENV (dev or prod)
+ENV ?= dev
+SAM_BUILD_FLAGS ?=
+SAM_DEPLOY_FLAGS ?=
+# the first python3.12 that runs: on PATH, else a pyenv or /usr/local install (a pyenv shim may exist but not run)
+PY312 := $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 \
+	/opt/homebrew/bin/python3.12; do $$p -c '' >/dev/null 2>&1 && { command -v $$p; break; }; done)
+build: $(SAM_VENV)/.installed
+	@if [ -z "$(PY312)" ] && ! echo "$(SAM_BUILD_FLAGS)" | grep -q -- --use-container; then \
+	  echo "make build: sam build needs Python 3.12 (template.yaml's Lambda runtime, python3.12) and found none." >&2; \
+	  echo "  Install it: apt-get install python3.12 | brew install python@3.12 | pyenv install 3.12 | uv python install 3.12" >&2; \
+	  echo "  or, where Docker runs: make build SAM_BUILD_FLAGS=--use-container" >&2; exit 1; fi
+	PATH="$(dir $(PY312)):$$PATH" SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam build --config-env $(ENV) $(SAM_BUILD_FLAGS)
+
+# JWT_ISSUER / JWT_AUDIENCE: your identity provider (e.g. a Cognito user pool); or keep them in samconfig.toml
+JWT_ISSUER ?=
+JWT_AUDIENCE ?=
+deploy: build
+	@if [ -z "$(JWT_ISSUER)$(JWT_AUDIENCE)" ] && ! grep -A8 '^\[$(ENV).deploy.parameters\]' samconfig.toml | grep -q JwtIssuer; then \
+	  echo "make deploy: set JWT_ISSUER and JWT_AUDIENCE (the IdP whose tokens the API accepts), e.g." >&2; \
+	  echo "  make deploy ENV=$(ENV) JWT_ISSUER=https://cognito-idp.<region>.amazonaws.com/<pool> JWT_AUDIENCE=<client id>" >&2; \
+	  echo "  or add them to parameter_overrides in samconfig.toml [$(ENV).deploy.parameters]" >&2; exit 1; fi
+	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) \
+	  $(if $(JWT_ISSUER),--parameter-overrides Stage=$(ENV) JwtIssuer=$(JWT_ISSUER) JwtAudience=$(JWT_AUDIENCE))
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local

@@ -12,6 +12,7 @@ or ``with devstack.local_aws() as stack: ...``.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -160,6 +161,7 @@ def stop_local_aws() -> None:
     running, _current = _current, None
     if running is None:
         return
+    _stop_running_executions(running.stack)
     lambdas.uninstall()
     uninstall_retry_clock()
     uninstall_execution_names()
@@ -167,6 +169,22 @@ def stop_local_aws() -> None:
     if running._mock is not None:
         running._mock.stop()  # type: ignore[attr-defined]
     _reset_config()
+
+
+def _stop_running_executions(stack: Stack) -> None:
+    """Executions still running (e.g. waiting for a consent task token for days) are stopped with the stack, so
+    they do not wake up later (their wait ended by the mock's teardown) and call handlers inside another test."""
+    import boto3
+
+    sfn = boto3.client("stepfunctions", region_name=stack.region)
+    for machine in stack.state_machine_arns.values():
+        try:
+            running = sfn.list_executions(stateMachineArn=machine, statusFilter="RUNNING").get("executions", [])
+        except Exception:
+            continue
+        for execution in running:
+            with contextlib.suppress(Exception):
+                sfn.stop_execution(executionArn=execution["executionArn"], error="StackStopped")
 
 
 @contextmanager

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import devstack
 from devstack.api import ApiResponse, LocalApi
+from packyard.authority import Permission
 from packyard_cli.build import BuiltPackage
+
+ALL_SCOPES = tuple(permission.value for permission in Permission)
 
 
 @dataclass
 class Caller:
+    """An owner holding every scope unless told otherwise."""
+
     api: LocalApi
     tenant: str
     subject: str = "user-1"
+    scopes: tuple[str, ...] = ALL_SCOPES
+    actor: str = "owner"
 
     @property
     def claims(self) -> dict[str, Any]:
-        return {"tenant": self.tenant, "sub": self.subject, "scope": "packyard/publish packyard/install"}
+        return {"tenant": self.tenant, "sub": self.subject, "scope": " ".join(self.scopes), "actor": self.actor}
 
     def get(self, path: str, **kwargs: Any) -> ApiResponse:
         return self.api.request("GET", path, claims=self.claims, **kwargs)
@@ -69,21 +77,51 @@ class Caller:
     def installation_path(self, workspace: str, installation: str) -> str:
         return f"/v1/workspaces/{workspace}/installations/{installation}"
 
-    def wait_settled(self, workspace: str, admitted: ApiResponse, timeout: float = 60) -> dict[str, Any]:
-        """Wait for the operation's execution to finish, then read the operation."""
+    def wait_settled(
+        self, workspace: str, admitted: ApiResponse, timeout: float = 60, *, approve: bool = True
+    ) -> dict[str, Any]:
+        """Wait for the operation's execution to finish, then read the operation. With ``approve`` (an owner holding
+        the approve scope, as the default caller does), a wait for consent on the way is approved for the exact plan
+        it asks; without, waiting for consent counts as done."""
         assert admitted.status in (200, 202), admitted.body
         op = admitted.body
-        if op["state"] != "settled":
-            stack = self.api.stack
-            machine = stack.state_machine_arns["InstallStateMachine"]
-            prefix, _, name = machine.partition(":stateMachine:")
-            attempt = op.get("attempt")
-            execution = op["operationId"] if not attempt else f"{op['operationId']}-{attempt}"
-            devstack.wait_for_execution(f"{prefix}:execution:{name}:{execution}", timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while op["state"] != "settled":
+            if op["state"] == "awaiting_consent":
+                if not approve:
+                    break
+                self.decide(workspace, op, "approve")
+            try:
+                devstack.wait_for_execution(self._execution_arn(op), timeout=0.5)
+                break  # the execution ended: the operation is settled, or pending
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+            op = self.get(f"/v1/workspaces/{workspace}/operations/{op['operationId']}").body
         final = self.get(f"/v1/workspaces/{workspace}/operations/{op['operationId']}")
         assert final.status == 200, final.body
         body: dict[str, Any] = final.body
         return body
+
+    def wait_for_consent(self, workspace: str, admitted: ApiResponse, timeout: float = 30) -> dict[str, Any]:
+        """Wait until the operation waits for consent (or settled), and read it."""
+        return self.wait_settled(workspace, admitted, timeout, approve=False)
+
+    def decide(self, workspace: str, op: dict[str, Any], decision: str, *, key: str | None = None) -> ApiResponse:
+        """Approve or reject the plan ``op`` waits with (its consent's plan digest)."""
+        digest = op["consent"]["planDigest"]
+        return self.post(
+            f"{self.installation_path(workspace, op['installationId'])}/approvals",
+            {"decision": decision, "planDigest": digest, "operationId": op["operationId"]},
+            headers={"Idempotency-Key": key or f"decide-{op['operationId']}-{decision}"},
+        )
+
+    def _execution_arn(self, op: dict[str, Any]) -> str:
+        machine = self.api.stack.state_machine_arns["InstallStateMachine"]
+        prefix, _, name = machine.partition(":stateMachine:")
+        attempt = op.get("attempt")
+        execution = op["operationId"] if not attempt else f"{op['operationId']}-{attempt}"
+        return f"{prefix}:execution:{name}:{execution}"
 
     def install(
         self,

@@ -183,7 +183,7 @@ def publishing(j: Journey) -> None:
         "weather-skill",
         "-p",
         "weather-skill",
-        "-v",
+        "--version",
         "1.0.0",
         "--permission",
         "network:api.weather.example",
@@ -191,7 +191,7 @@ def publishing(j: Journey) -> None:
 
     j.step("Different content under a used version: 409 version_exists (exit 4)")
     (j.workdir / "weather-skill" / "CHANGELOG.md").write_text("1.1.0: faster forecasts\n")
-    j.run("publish", "weather-skill", "-p", "weather-skill", "-v", "1.0.0", expect=4)
+    j.run("publish", "weather-skill", "-p", "weather-skill", "--version", "1.0.0", expect=4)
 
     j.step("A tampered upload: the manifest of one build, the archive of another (exit 3, with its sub-code)")
     j.run("build", "weather-skill", "--out", "build/honest", show=False)
@@ -205,7 +205,7 @@ def publishing(j: Journey) -> None:
         "publish",
         "-p",
         "weather-skill",
-        "-v",
+        "--version",
         "1.0.1",
         "--manifest",
         "build/honest.manifest.json",
@@ -213,17 +213,21 @@ def publishing(j: Journey) -> None:
         "build/tampered.tar.gz",
         expect=3,
     )
-    j.run("releases", "weather-skill@1.0.1", expect=1)
+    j.run("releases", "weather-skill@1.0.1", expect=6)
 
     j.step("Publish weather-skill@1.1.0 and list the versions")
-    j.run("publish", "weather-skill", "-p", "weather-skill", "-v", "1.1.0")
+    j.run("publish", "weather-skill", "-p", "weather-skill", "--version", "1.1.0")
     j.run("releases", "weather-skill")
 
 
 def installing(j: Journey) -> None:
     ws = "ws-demo"
-    j.step("Install weather-skill@1.0.0 into a workspace, and wait for the operation to settle")
+    j.step("Install weather-skill@1.0.0: it declares network:api.weather.example, so it waits for an owner's consent")
     j.run("install", "weather-skill@1.0.0", "--workspace", ws)
+    j.run("approvals", ws)
+
+    j.step("Approve that exact plan (the approve scope): the workflow resumes, commits and settles")
+    j.run("approve", "weather-skill", "--workspace", ws)
 
     j.step("Update to 1.1.0 with an explicit Idempotency-Key and If-Match")
     update = (
@@ -257,8 +261,11 @@ def installing(j: Journey) -> None:
     j.run("ls", ws)
     j.run("resolved", ws)
 
-    j.step("Roll back to the previous release, then uninstall")
+    j.step("Roll back to 1.0.0: it asks for network:api.weather.example again (1.1.0 dropped it), so approve it")
     j.run("rollback", "weather-skill", "--workspace", ws)
+    j.run("approve", "weather-skill", "--workspace", ws)
+
+    j.step("Uninstall")
     j.run("uninstall", "weather-skill", "--workspace", ws)
     j.run("ls", ws)
 
@@ -293,6 +300,14 @@ def main() -> int:
                 journey.say("template.yaml does not serve the installation routes yet: skipping that part")
             journey.step("Another tenant sees none of it")
             journey.run("--tenant", "someone-else", "releases")
+            journey.step("A token with only the read scope may not yank: 403 forbidden (exit 7)")
+            reader = journey.run(
+                "token", "--tenant", "demo", "--subject", "reader", "--scope", "packages:read", show=False
+            )
+            console.print("[bold]$ packyard token --tenant demo --subject reader --scope packages:read[/]")
+            console.print("[bold]$ packyard --token $READ_ONLY_TOKEN yank weather-skill@1.1.0[/]")
+            yank = ("--token", reader.stdout.strip(), "yank", "weather-skill@1.1.0")
+            journey.show(yank, journey.run(*yank, show=False, expect=7), 7)
         finally:
             code = _stop_stack(process)
         console.rule()

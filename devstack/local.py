@@ -9,6 +9,10 @@
   handlers' responses unchanged, plus ``/openapi.json`` and ``/docs``.
 
 Both ports are bound before anything else starts, so a port in use is a one-line message and exit code 2.
+
+Nothing persists across restarts: moto keeps every table, bucket and execution in this process's memory, so a
+restart starts empty (the banner says so). The state directory holds only the signing key (so tokens minted
+before a restart still verify) and ``local.json`` (where the running stack listens, for the CLI).
 Ctrl-C (SIGINT) or SIGTERM stops both servers and removes the state file.
 
 Run with ``python -m devstack.local`` or ``packyard local`` (same options).
@@ -284,7 +288,9 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
             f"  AWS (moto)   {stack.aws_url}   (S3, DynamoDB, Step Functions, Lambda; presigned URLs point here)\n"
             f"  table        {stack.stack.table_name}\n"
             f"  bucket       {stack.stack.bucket_name}\n"
-            f"  state dir    {stack.state_dir}\n"
+            f"  state dir    {stack.state_dir}   (signing key and address only)\n"
+            "  [bold yellow]nothing persists[/]: packages, uploads and installations live in memory and are gone when "
+            "the stack stops; a restart starts empty\n"
             f"  the CLI:     [bold]{stack.cli_environment()}packyard releases[/]  (finds this stack, mints a token)\n"
             f"  a token:     [bold]{stack.cli_environment()}packyard token --tenant local --subject me[/]\n"
             f'  curl:        curl -H "Authorization: Bearer $({stack.cli_environment()}packyard token)" '

@@ -20,6 +20,7 @@ from typing import Any
 
 from devstack import lambdas
 from devstack.template import DEFAULT_TEMPLATE, ROOT, load_template
+from packyard.api.principal import BEARER_SCHEME
 
 COMMITTED = ROOT / "docs" / "openapi.json"
 TITLE = "Packyard API"
@@ -29,7 +30,6 @@ DESCRIPTION = (
     "whose `tenant` claim names the caller's tenant. Errors are RFC 9457 `application/problem+json` with a stable "
     "`code`."
 )
-BEARER_SCHEME = "bearerAuth"
 
 
 def http_function_modules(template: str | Path = DEFAULT_TEMPLATE) -> dict[str, Path]:
@@ -74,8 +74,10 @@ def generate(template: str | Path = DEFAULT_TEMPLATE, *, server_url: str | None 
         security=[{BEARER_SCHEME: []}],
         on_conflict="error",
     )
+    # each route names the scope it needs under the bearer scheme (OpenAPI 3.1 allows role names for non-OAuth schemes)
+    schemes = {BEARER_SCHEME: HTTPBearer(bearerFormat="JWT")}
     for logical_id, file in http_function_modules(template).items():
-        merge.add_schema(_load_resolver(logical_id, file).get_openapi_schema())
+        merge.add_schema(_load_resolver(logical_id, file).get_openapi_schema(security_schemes=schemes))
     document: dict[str, Any] = json.loads(merge.get_openapi_json_schema())
     document["paths"] = dict(sorted(document.get("paths", {}).items()))
     for kind, entries in (document.get("components") or {}).items():

@@ -8,8 +8,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
-import os
-import stat
 import tarfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -79,20 +77,9 @@ def build_from_files(
 
 
 def build_from_directory(root: str | Path, **kwargs: Any) -> BuiltPackage:
-    """Every regular file under ``root`` (symlinks and special files are refused, not followed)."""
-    root = Path(root)
-    files: dict[str, bytes] = {}
-    modes: dict[str, int] = {}
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for name in sorted(filenames):
-            full = Path(dirpath) / name
-            info = full.lstat()
-            if not stat.S_ISREG(info.st_mode):
-                raise ValueError(f"{full} is not a regular file; packages hold regular files only")
-            relative = full.relative_to(root).as_posix()
-            files[relative] = full.read_bytes()
-            modes[relative] = 0o755 if info.st_mode & 0o111 else 0o644
-    if not files:
-        raise ValueError(f"{root} holds no files")
+    """Every regular file under ``root`` that the ignore rules keep (:mod:`packyard_cli.folder`: the defaults, then
+    ``.packyardignore``); symbolic links and special files are refused, not followed."""
+    from packyard_cli.folder import collect, read_files
+
+    files, modes = read_files(collect(root))
     return build_from_files(files, modes=modes, **kwargs)

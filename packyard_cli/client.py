@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -18,16 +18,33 @@ import requests
 
 from packyard_cli import __version__
 
-# Exit codes: scripts can tell these apart.
+# Exit codes: scripts can tell these apart (README, "Exit codes"). Only 5 means "the same command may work later".
 EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_REFUSED = 3
-EXIT_CONFLICT = 4
-EXIT_UNAVAILABLE = 5
+EXIT_ERROR = 1  # anything else: a bug, an answer the CLI does not understand
+EXIT_USAGE = 2  # bad arguments or local input (caught before anything is sent)
+EXIT_REFUSED = 3  # the service said no, and repeating the request will not change that
+EXIT_CONFLICT = 4  # the state is not what the command assumed (409/412/428): re-read, then decide
+EXIT_UNAVAILABLE = 5  # transient: cannot connect, 5xx/429 after retries, still running, outcome unknown: retry
+EXIT_NOT_FOUND = 6  # 404: no such package, version, workspace, installation or operation
+EXIT_UNAUTHORIZED = 7  # 401/403: no token, a token the service refuses, or a missing scope
 
-REFUSED_CODES = frozenset({"archive_rejected", "needs_consent", "upload_expired"})
-UNAVAILABLE_CODES = frozenset({"release_unavailable", "unavailable"})
+REFUSED_CODES = frozenset(
+    {
+        "archive_rejected",
+        "needs_consent",
+        "consent_rejected",
+        "consent_expired",
+        "upload_expired",
+        "release_unavailable",
+        "limit_exceeded",
+        "quota_exceeded",
+        "idempotency_key_reused",
+        "idempotency_key_required",
+        "invalid_request",
+        "publish_failed",
+    }
+)
+UNAVAILABLE_CODES = frozenset({"unavailable"})
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
@@ -63,14 +80,21 @@ class CliError(Exception):
 
 
 def exit_code_for(status: int, code: str | None) -> int:
+    """The exit code of an error answer: by its stable ``code`` first, then by HTTP status."""
     if code in UNAVAILABLE_CODES:
         return EXIT_UNAVAILABLE
     if code in REFUSED_CODES:
         return EXIT_REFUSED
+    if code == "not_found" or status == 404:
+        return EXIT_NOT_FOUND
+    if code == "unauthorized" or status in (401, 403):
+        return EXIT_UNAUTHORIZED
     if status in (409, 412, 428):
         return EXIT_CONFLICT
     if status == 429 or status >= 500:
         return EXIT_UNAVAILABLE
+    if 400 <= status < 500:
+        return EXIT_REFUSED
     return EXIT_ERROR
 
 
@@ -125,6 +149,7 @@ class Client:
     timeout: float = 30.0
     sleep: Callable[[float], None] = time.sleep
     session: requests.Session = field(default_factory=requests.Session)
+    log: Callable[[str], None] | None = None  # --verbose: one line per HTTP attempt, on stderr
 
     def __post_init__(self) -> None:
         self.endpoint = self.endpoint.rstrip("/")
@@ -171,16 +196,40 @@ class Client:
                 status=response.status_code,
             )
 
+    def download(self, url: str, chunk_size: int = 1 << 16) -> Iterator[bytes]:
+        """GET a presigned URL (no bearer token: the URL is the credential) and yield its body in chunks."""
+        response = self._send("GET", url, stream=True)
+        if response.status_code >= 300:
+            raise CliError(
+                "the download was refused by storage",
+                code=f"http_{response.status_code}",
+                detail=response.text[:300] or None,
+                exit_code=exit_code_for(response.status_code, None),
+                status=response.status_code,
+            )
+        try:
+            yield from response.iter_content(chunk_size)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise CliError(
+                "the download broke off", detail=_reason(exc), code="unavailable", exit_code=EXIT_UNAVAILABLE
+            ) from None
+        finally:
+            response.close()
+
     def _send(self, method: str, url: str, *, rewind: Any = None, **kwargs: Any) -> requests.Response:
         last_error: Exception | None = None
         for attempt in range(1, self.attempts + 1):
             if rewind is not None and hasattr(rewind, "seek"):
                 rewind.seek(0)
+            started = time.monotonic()
             try:
                 response = self.session.request(method, url, timeout=self.timeout, **kwargs)
             except (requests.ConnectionError, requests.Timeout) as exc:
                 last_error = exc
+                self._log(f"{method} {_loggable(url)} → {_reason(exc)} (attempt {attempt})")
             else:
+                elapsed = (time.monotonic() - started) * 1000
+                self._log(f"{method} {_loggable(url)} → {response.status_code} ({elapsed:.0f} ms, attempt {attempt})")
                 if response.status_code not in RETRYABLE_STATUS or attempt == self.attempts:
                     return response
                 last_error = None
@@ -197,6 +246,20 @@ class Client:
             detail=f"cannot reach {_origin(url)}: {_reason(last_error)}",
             exit_code=EXIT_UNAVAILABLE,
         )
+
+    def _log(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+
+
+def _loggable(url: str) -> str:
+    """A URL without its query string when it is presigned (the signature is a credential)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if "X-Amz-Signature" in parts.query or "Signature=" in parts.query:
+        return f"{parts.scheme}://{parts.netloc}{parts.path}?…(presigned)"
+    return url
 
 
 def _json_or_text(response: requests.Response) -> Any:

@@ -66,8 +66,9 @@ def bind_ports(host: str = DEFAULT_HOST, api_port: int = DEFAULT_API_PORT, aws_p
     return Sockets(api=api, aws=aws)
 
 
-def add_local_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``packyard local`` (and ``python -m devstack.local``)."""
+def add_local_arguments(parser: argparse.ArgumentParser, *, verbose: bool = True) -> None:
+    """The options of ``packyard local`` (and ``python -m devstack.local``). ``verbose=False`` when the parser
+    already has a ``--verbose`` (the CLI's global one)."""
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
     parser.add_argument(
         "--api-port", type=int, default=DEFAULT_API_PORT, help="HTTP API port (default: %(default)s; 0: any free)"
@@ -76,4 +77,5 @@ def add_local_arguments(parser: argparse.ArgumentParser) -> None:
         "--aws-port", type=int, default=DEFAULT_AWS_PORT, help="moto server port (default: %(default)s; 0: any free)"
     )
     parser.add_argument("--log-level", default="WARNING", help="handlers' Powertools log level (default: %(default)s)")
-    parser.add_argument("--verbose", action="store_true", help="also show moto's AWS calls and EMF metrics")
+    if verbose:
+        parser.add_argument("--verbose", action="store_true", help="also show moto's AWS calls and EMF metrics")

@@ -26,7 +26,22 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 ALGORITHM = "RS256"
 ISSUER = "https://packyard.local/"
 AUDIENCE = "packyard"
-DEFAULT_SCOPES = ("packyard/publish", "packyard/install")
+# Every scope the service knows: a locally minted token may do everything unless --scope narrows it.
+ALL_SCOPES = (
+    "packages:read",
+    "packages:publish",
+    "packages:yank",
+    "workspaces:read",
+    "installations:write",
+    "approvals:write",
+    "usage:read",
+)
+DEFAULT_SCOPES = ALL_SCOPES
+# The claim saying whether the caller is a person (owner: its installs are granted what the release declares) or an
+# automation (workflow: widening grants needs an owner's consent). Locally minted tokens are owners unless asked.
+ACTOR_CLAIM = "actor"
+ACTORS = ("owner", "workflow")
+DEFAULT_ACTOR = "owner"
 DEFAULT_TTL_SECONDS = 3600
 PRIVATE_KEY_FILE = "jwt-private.pem"
 PUBLIC_KEY_FILE = "jwt-public.pem"
@@ -65,6 +80,7 @@ class LocalKey:
         scopes: Iterable[str] = DEFAULT_SCOPES,
         ttl_seconds: int = DEFAULT_TTL_SECONDS,
         tenant_claim: str = "tenant",
+        actor: str | None = DEFAULT_ACTOR,
         extra: Mapping[str, Any] | None = None,
         now: int | None = None,
     ) -> str:
@@ -79,6 +95,7 @@ class LocalKey:
             "nbf": issued,
             "exp": issued + ttl_seconds,
             "jti": uuid.uuid4().hex,
+            **({ACTOR_CLAIM: actor} if actor else {}),
             **(extra or {}),
         }
         signing_key = self.private_key if self.private_key is not None else self.private_pem

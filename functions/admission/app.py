@@ -7,10 +7,11 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
-from packyard.api.principal import principal_of
+from packyard.api.principal import authorize
 from packyard.api.resolver import build_resolver, json_response
-from packyard.api.routes import responses
+from packyard.api.routes import contract
 from packyard.api.workspace_responses import OperationView, PreviewView
+from packyard.authority import Permission
 from packyard.errors import (
     IdempotencyKeyRequired,
     IdempotencyKeyReused,
@@ -27,7 +28,8 @@ from packyard.errors import (
 )
 from packyard.observability import HTTP_CORRELATION, lambda_entry
 from packyard.operations import admission, preview
-from packyard.operations.models import Action, ChangeRequest, InstallRequest
+from packyard.operations.drafting import OperationRequest
+from packyard.operations.models import Action, ChangeRequest, InstallRequest, PromoteRequest
 
 app = build_resolver()
 
@@ -60,13 +62,12 @@ def _admit(
     action: Action,
     workspace: str,
     installation_id: str,
-    body: InstallRequest | ChangeRequest,
+    body: OperationRequest,
     idempotency_key: str | None,
     if_match: str | None,
 ) -> Response[OperationView]:
-    tenant = principal_of(app).tenant
     op = admission.admit(
-        tenant, workspace, installation_id, action, body, idempotency_key=idempotency_key, if_match=if_match
+        authorize(app), workspace, installation_id, action, body, idempotency_key=idempotency_key, if_match=if_match
     )
     location = f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"
     return json_response(202 if op.in_flight else 200, OperationView.of(op), headers={"Location": location})
@@ -75,7 +76,7 @@ def _admit(
 @app.put(
     "/v1/workspaces/<workspace>/installations/<installation_id>",
     tags=["installations"],
-    responses=responses(ADMITTED, ADMISSION_ERRORS),
+    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
 def put_installation(
     workspace: Workspace,
@@ -90,7 +91,7 @@ def put_installation(
 @app.delete(
     "/v1/workspaces/<workspace>/installations/<installation_id>",
     tags=["installations"],
-    responses=responses(ADMITTED, ADMISSION_ERRORS),
+    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
 def delete_installation(
     workspace: Workspace,
@@ -105,7 +106,7 @@ def delete_installation(
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/rollback",
     tags=["installations"],
-    responses=responses(ADMITTED, ADMISSION_ERRORS),
+    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
 def rollback_installation(
     workspace: Workspace,
@@ -118,9 +119,58 @@ def rollback_installation(
 
 
 @app.post(
+    "/v1/workspaces/<workspace>/installations/<installation_id>/archive",
+    tags=["installations"],
+    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
+)
+def archive_installation(
+    workspace: Workspace,
+    installation_id: InstallationId,
+    request: OptionalChange = None,
+    idempotency_key: IdempotencyKey = None,
+    if_match: IfMatch = None,
+) -> Response[OperationView]:
+    """Archive: off the installation limits, its release still referenced; restore brings it back."""
+    return _admit(Action.ARCHIVE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
+
+
+@app.post(
+    "/v1/workspaces/<workspace>/installations/<installation_id>/restore",
+    tags=["installations"],
+    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
+)
+def restore_installation(
+    workspace: Workspace,
+    installation_id: InstallationId,
+    request: OptionalChange = None,
+    idempotency_key: IdempotencyKey = None,
+    if_match: IfMatch = None,
+) -> Response[OperationView]:
+    """Restore an archived installation: limits and grants are checked again."""
+    return _admit(Action.RESTORE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
+
+
+@app.post(
+    "/v1/workspaces/<workspace>/installations/<installation_id>/promote",
+    tags=["installations"],
+    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
+)
+def promote_installation(
+    workspace: Workspace,
+    installation_id: InstallationId,
+    request: Annotated[PromoteRequest, Body()],
+    idempotency_key: IdempotencyKey = None,
+    if_match: IfMatch = None,
+) -> Response[OperationView]:
+    """Widen the scope (e.g. task to workspace); grants above their ceiling are asked consent for again."""
+    return _admit(Action.PROMOTE, workspace, installation_id, request, idempotency_key, if_match)
+
+
+@app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/preview",
     tags=["installations"],
-    responses=responses(
+    **contract(
+        Permission.CHANGE_INSTALLATIONS,
         {200: ("The plan the operation would commit now, and its digest", PreviewView)},
         (InvalidRequest, NotFound, ReleaseUnavailable, StaleAuthority, NeedsConsent),
     ),
@@ -129,10 +179,11 @@ def preview_installation(
     workspace: Workspace,
     installation_id: InstallationId,
     request: Annotated[InstallRequest, Body()],
-    action: Annotated[Action, Query(description="put (default), delete or rollback")] = Action.PUT,
+    action: Annotated[
+        Action, Query(description="put (default), delete, rollback, archive, restore or promote (to the body's scope)")
+    ] = Action.PUT,
 ) -> PreviewView:
-    tenant = principal_of(app).tenant
-    return PreviewView.of_preview(preview.preview(tenant, workspace, installation_id, action, request))
+    return PreviewView.of_preview(preview.preview(authorize(app), workspace, installation_id, action, request))
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "install_state_machine_arn"))

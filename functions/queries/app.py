@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
-from packyard.api.principal import principal_of
+from packyard.api.principal import authorize
 from packyard.api.publishing_responses import (
     ArchiveLinkView,
     PackagePage,
@@ -17,8 +17,9 @@ from packyard.api.publishing_responses import (
     ReleasePage,
 )
 from packyard.api.resolver import build_resolver, json_response
-from packyard.api.routes import responses
+from packyard.api.routes import contract
 from packyard.api.workspace_responses import InstallationPage, InstallationView, OperationView, ResolvedView
+from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound, ReleaseUnavailable, StoredItemInvalid
 from packyard.installations.models import etag
 from packyard.observability import HTTP_CORRELATION, lambda_entry
@@ -35,93 +36,105 @@ READ_ERRORS = (InvalidRequest, NotFound)
 @app.get(
     "/v1/packages",
     tags=["releases"],
-    responses=responses({200: ("The tenant's packages", PackagePage)}, (InvalidRequest,)),
+    **contract(Permission.READ_PACKAGES, {200: ("The tenant's packages", PackagePage)}, (InvalidRequest,)),
 )
 def list_packages(limit: PageSize = 50, cursor: Cursor = None) -> PackagePage:
-    return PackagePage.of(*catalog.list_packages(principal_of(app).tenant, limit, cursor))
+    return PackagePage.of(*catalog.list_packages(authorize(app).tenant, limit, cursor))
 
 
 @app.get(
-    "/v1/packages/<package>", tags=["releases"], responses=responses({200: ("A package", PackageView)}, READ_ERRORS)
+    "/v1/packages/<package>",
+    tags=["releases"],
+    **contract(Permission.READ_PACKAGES, {200: ("A package", PackageView)}, READ_ERRORS),
 )
 def get_package(package: Annotated[str, Path()]) -> PackageView:
-    return PackageView.of(catalog.get_package(principal_of(app).tenant, package))
+    return PackageView.of(catalog.get_package(authorize(app).tenant, package))
 
 
 @app.get(
     "/v1/packages/<package>/versions",
     tags=["releases"],
-    responses=responses({200: ("The package's releases, newest first", ReleasePage)}, READ_ERRORS),
+    **contract(Permission.READ_PACKAGES, {200: ("The package's releases, newest first", ReleasePage)}, READ_ERRORS),
 )
 def list_versions(package: Annotated[str, Path()], limit: PageSize = 50, cursor: Cursor = None) -> ReleasePage:
-    return ReleasePage.of(*catalog.list_versions(principal_of(app).tenant, package, limit, cursor))
+    return ReleasePage.of(*catalog.list_versions(authorize(app).tenant, package, limit, cursor))
 
 
 @app.get(
     "/v1/packages/<package>/versions/<version>",
     tags=["releases"],
-    responses=responses(
+    **contract(
+        Permission.READ_PACKAGES,
         {200: ("The release, its publish receipt and its manifest", ReleaseManifestView)},
         (*READ_ERRORS, StoredItemInvalid),
     ),
 )
 def get_version(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ReleaseManifestView:
-    return ReleaseManifestView.with_manifest(*catalog.get_version(principal_of(app).tenant, package, version))
+    return ReleaseManifestView.with_manifest(*catalog.get_version(authorize(app).tenant, package, version))
 
 
 @app.get(
     "/v1/packages/<package>/versions/<version>/archive",
     tags=["releases"],
-    responses=responses(
-        {200: ("A short-lived download link of the archive", ArchiveLinkView)}, (*READ_ERRORS, ReleaseUnavailable)
+    **contract(
+        Permission.READ_PACKAGES,
+        {200: ("A short-lived download link of the archive", ArchiveLinkView)},
+        (*READ_ERRORS, ReleaseUnavailable),
     ),
 )
 def get_archive(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ArchiveLinkView:
-    return ArchiveLinkView.of_link(catalog.archive_link(principal_of(app).tenant, package, version))
+    return ArchiveLinkView.of_link(catalog.archive_link(authorize(app).tenant, package, version))
 
 
 @app.get(
     "/v1/workspaces/<workspace>/installations",
     tags=["installations"],
-    responses=responses({200: ("The workspace's installations", InstallationPage)}, (InvalidRequest,)),
+    **contract(
+        Permission.READ_WORKSPACES, {200: ("The workspace's installations", InstallationPage)}, (InvalidRequest,)
+    ),
 )
 def list_installations(
     workspace: Annotated[str, Path()], limit: PageSize = 50, cursor: Cursor = None
 ) -> InstallationPage:
-    return InstallationPage.of(*queries.list_installations(principal_of(app).tenant, workspace, limit, cursor))
+    return InstallationPage.of(*queries.list_installations(authorize(app).tenant, workspace, limit, cursor))
 
 
 @app.get(
     "/v1/workspaces/<workspace>/installations/<installation_id>",
     tags=["installations"],
-    responses=responses({200: ("The installation; its version is the ETag", InstallationView)}, READ_ERRORS),
+    **contract(
+        Permission.READ_WORKSPACES, {200: ("The installation; its version is the ETag", InstallationView)}, READ_ERRORS
+    ),
 )
 def get_installation(
     workspace: Annotated[str, Path()], installation_id: Annotated[str, Path()]
 ) -> Response[InstallationView]:
-    found = queries.get_installation(principal_of(app).tenant, workspace, installation_id)
-    return json_response(200, InstallationView.of(found), headers={"ETag": etag(found.version)})
+    found, waiting = queries.get_installation(authorize(app).tenant, workspace, installation_id)
+    return json_response(200, InstallationView.of(found, waiting), headers={"ETag": etag(found.version)})
 
 
 @app.get(
     "/v1/workspaces/<workspace>/operations/<operation_id>",
     tags=["installations"],
-    responses=responses({200: ("An operation and, once settled, its outcome", OperationView)}, READ_ERRORS),
+    **contract(
+        Permission.READ_WORKSPACES, {200: ("An operation and, once settled, its outcome", OperationView)}, READ_ERRORS
+    ),
 )
 def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str, Path()]) -> OperationView:
-    return OperationView.of(queries.get_operation(principal_of(app).tenant, workspace, operation_id))
+    return OperationView.of(queries.get_operation(authorize(app).tenant, workspace, operation_id))
 
 
 @app.get(
     "/v1/workspaces/<workspace>/resolved",
     tags=["installations"],
-    responses=responses(
+    **contract(
+        Permission.READ_WORKSPACES,
         {200: ("What a runtime loads: active releases, digests, grants, download URLs", ResolvedView)},
         (InvalidRequest,),
     ),
 )
 def get_resolved(workspace: Annotated[str, Path()]) -> ResolvedView:
-    return ResolvedView.of_resolved(queries.resolved(principal_of(app).tenant, workspace))
+    return ResolvedView.of_resolved(queries.resolved(authorize(app).tenant, workspace))
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name"))

@@ -8,10 +8,11 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from packyard import clock
-from packyard.api.principal import principal_of
+from packyard.api.principal import authorize
 from packyard.api.publishing_responses import CreatedUploadView, ExistingReleaseView, ReleaseDetailView, UploadView
 from packyard.api.resolver import build_resolver, json_response
-from packyard.api.routes import responses
+from packyard.api.routes import contract
+from packyard.authority import Permission
 from packyard.errors import (
     ArchiveRejected,
     ClaimLost,
@@ -32,7 +33,8 @@ app = build_resolver()
 @app.post(
     "/v1/packages/<package>/versions/<version>/uploads",
     tags=["publish"],
-    responses=responses(
+    **contract(
+        Permission.PUBLISH,
         {
             201: ("A new upload session: PUT the archive to upload.url, then POST links.complete", CreatedUploadView),
             200: ("This exact content is already published: nothing to upload", ExistingReleaseView),
@@ -45,7 +47,7 @@ def create_upload(
     version: Annotated[str, Path()],
     request: Annotated[uploads.CreateUploadRequest, Body()],
 ) -> Response[CreatedUploadView | ExistingReleaseView]:
-    created = uploads.create_upload(principal_of(app).tenant, package, version, request)
+    created = uploads.create_upload(authorize(app), package, version, request)
     if isinstance(created, Release):
         return json_response(200, ExistingReleaseView.of(created))
     view = CreatedUploadView.of(created.upload, clock.now(), created.upload_url)
@@ -55,7 +57,8 @@ def create_upload(
 @app.post(
     "/v1/uploads/<upload_id>/complete",
     tags=["publish"],
-    responses=responses(
+    **contract(
+        Permission.PUBLISH,
         {
             202: ("Verification started (or still running): poll the session", UploadView),
             200: ("The session had already finished", UploadView),
@@ -64,7 +67,7 @@ def create_upload(
     ),
 )
 def complete_upload(upload_id: Annotated[str, Path()]) -> Response[UploadView]:
-    upload = uploads.complete_upload(principal_of(app).tenant, upload_id)
+    upload = uploads.complete_upload(authorize(app).tenant, upload_id)
     status = 202 if upload.is_verifying else 200
     return json_response(status, UploadView.of(upload, clock.now()), headers={"Location": f"/v1/uploads/{upload_id}"})
 
@@ -72,21 +75,23 @@ def complete_upload(upload_id: Annotated[str, Path()]) -> Response[UploadView]:
 @app.get(
     "/v1/uploads/<upload_id>",
     tags=["publish"],
-    responses=responses({200: ("An upload session", UploadView)}, (NotFound,)),
+    **contract(Permission.PUBLISH, {200: ("An upload session", UploadView)}, (NotFound,)),
 )
 def get_upload(upload_id: Annotated[str, Path()]) -> UploadView:
-    return UploadView.of(uploads.get_upload(principal_of(app).tenant, upload_id), clock.now())
+    return UploadView.of(uploads.get_upload(authorize(app).tenant, upload_id), clock.now())
 
 
 @app.delete(
     "/v1/packages/<package>/versions/<version>",
     tags=["releases"],
-    responses=responses(
-        {200: ("The release, now yanked (its version is never reused)", ReleaseDetailView)}, (InvalidRequest, NotFound)
+    **contract(
+        Permission.YANK,
+        {200: ("The release, now yanked (its version is never reused)", ReleaseDetailView)},
+        (InvalidRequest, NotFound),
     ),
 )
 def yank_version(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ReleaseDetailView:
-    return ReleaseDetailView.of(catalog.yank(principal_of(app).tenant, package, version))
+    return ReleaseDetailView.of(catalog.yank(authorize(app).tenant, package, version))
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name", "publish_state_machine_arn"))

@@ -9,20 +9,20 @@ A mutation sends ``If-Match`` with the installation version it just read (or ``-
 from __future__ import annotations
 
 import argparse
-import json
 import uuid
 from typing import Any
 
-from packyard_cli.client import EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Reply, segment
-from packyard_cli.commands.context import Context, all_pages, wait_for, workspace_of
+from packyard_cli.client import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Reply, segment
+from packyard_cli.commands.context import Context, cut, paginate, resolve_release, wait_for, workspace_of
 from packyard_cli.render import (
-    grants_text,
-    make_table,
+    APPROVAL_COLUMNS,
+    APPROVAL_DECISION_COLUMNS,
+    INSTALLATION_COLUMNS,
+    OPERATION_COLUMNS,
+    RESOLVED_COLUMNS,
     render_installation,
     render_operation,
-    scope_text,
-    short_digest,
-    utc_time,
+    render_plan,
 )
 
 OPERATION_STOPS = frozenset({"settled", "awaiting_consent", "pending"})
@@ -66,13 +66,10 @@ def _mutation(
     op = dict(reply.body or {})
     workspace = workspace_of(args)
     location = reply.header("Location") or f"/v1/workspaces/{segment(workspace)}/operations/{op.get('operationId')}"
-    if not ctx.json:
-        ctx.out.print(
-            f"{op.get('kind', 'operation')} of {op.get('installationId')} admitted as [bold]{op.get('operationId')}[/] "
-            f"[dim](HTTP {reply.status}, Idempotency-Key {key})[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
+    ctx.note(
+        f"{op.get('kind', 'operation')} of {op.get('installationId')} admitted as [bold]{op.get('operationId')}[/] "
+        f"[dim](HTTP {reply.status}, Idempotency-Key {key})[/]"
+    )
     if args.no_wait or op.get("state") in OPERATION_STOPS:
         final = op
     else:
@@ -93,19 +90,28 @@ def _wait_for_operation(ctx: Context, path: str, timeout: float) -> dict[str, An
 
 def finish_operation(ctx: Context, op: dict[str, Any], workspace: str) -> int:
     outcome = (op.get("outcome") or {}).get("result")
-    if ctx.json:
-        print(json.dumps(op, indent=2))
-    else:
+
+    def render() -> None:
         render_operation(ctx, op)
         if outcome == "succeeded" and op.get("kind") != "uninstall":
             found = read_installation(ctx, workspace, str(op.get("installationId")))
             if found is not None:
                 render_installation(ctx, found.body)
         elif op.get("state") == "awaiting_consent":
-            ctx.out.print("  waiting for an owner to approve the permissions it needs", highlight=False)
+            asked = ", ".join(
+                f"{p.get('kind')}:{p.get('resource', '*')}" for p in (op.get("consent") or {}).get("permissions") or []
+            )
+            ctx.out.print(
+                f"  waiting for an owner to approve the permissions it adds{f' ({asked})' if asked else ''}: "
+                f"[bold]packyard approve {op.get('installationId')} --workspace {workspace}[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    ctx.show(op, render=render, columns=OPERATION_COLUMNS)
     if outcome == "refused":
         return EXIT_REFUSED
-    if outcome == "unconfirmed":
+    if outcome == "unconfirmed" or op.get("state") == "pending":
         return EXIT_UNAVAILABLE
     return EXIT_OK
 
@@ -128,20 +134,22 @@ def _install_body(args: argparse.Namespace, package: str, version: str) -> dict[
 
 
 def cmd_install(ctx: Context, args: argparse.Namespace, *, must_exist: bool = False) -> int:
-    package, version = args.release
     workspace = workspace_of(args)
-    installation = args.id or package
+    installation = args.id or args.release.package
     if_match = _if_match(args.if_match) if args.if_match else None
+    current = None
     if if_match is None:
         current = read_installation(ctx, workspace, installation)
         if current is None and must_exist:
             raise CliError(
                 f"no installation {installation!r} in workspace {workspace!r}",
                 code="not_found",
-                detail="install it first (packyard install)",
+                detail=f"install it first: packyard install {args.release} --workspace {workspace}",
+                exit_code=EXIT_NOT_FOUND,
             )
         if current is not None:
             if_match = version_tag(current)
+    package, version = resolve_release(ctx, args.release)
     path = _installation_path(workspace, installation)
     return _mutation(ctx, args, "PUT", path, _install_body(args, package, version), if_match)
 
@@ -156,7 +164,12 @@ def _change(ctx: Context, args: argparse.Namespace, method: str, suffix: str) ->
     if if_match is None:
         current = read_installation(ctx, workspace, args.installation)
         if current is None:
-            raise CliError(f"no installation {args.installation!r} in workspace {workspace!r}", code="not_found")
+            raise CliError(
+                f"no installation {args.installation!r} in workspace {workspace!r}",
+                code="not_found",
+                detail=f"see what is installed: packyard ls {workspace}",
+                exit_code=EXIT_NOT_FOUND,
+            )
         if_match = version_tag(current)
     path = _installation_path(workspace, args.installation) + suffix
     return _mutation(ctx, args, method, path, {"origin": args.origin}, if_match)
@@ -174,24 +187,19 @@ def cmd_rollback(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_preview(ctx: Context, args: argparse.Namespace) -> int:
-    package, version = args.release
     workspace = workspace_of(args)
-    installation = args.id or package
+    installation = args.id or args.release.package
+    package, version = resolve_release(ctx, args.release)
     path = _installation_path(workspace, installation) + "/preview"
     body = ctx.client.request("POST", path, body=_install_body(args, package, version)).body or {}
-
-    def render() -> None:
-        ctx.out.print(
-            f"preview of [bold]{installation}[/] in {workspace}: {body.get('kind', '')}"
-            + (f" — {body['note']}" if body.get("note") else ""),
-            highlight=False,
-        )
-        if body.get("plan") is not None:
-            ctx.out.print_json(json.dumps(body["plan"]))
-        if body.get("planDigest"):
-            ctx.out.print(f"plan digest {body['planDigest']}  (pass --plan-digest to install exactly this plan)")
-
-    ctx.emit(body, render)
+    plan = body.get("plan") or {}
+    columns = (*INSTALLATION_COLUMNS[:4], *INSTALLATION_COLUMNS[4:6])
+    ctx.show(
+        body,
+        render=lambda: render_plan(ctx, body, installation, workspace),
+        columns=columns,
+        items=[plan] if plan else [],
+    )
     return EXIT_OK
 
 
@@ -206,38 +214,63 @@ def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
 
 def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
     workspace = workspace_of(args)
-    items = all_pages(ctx, f"/v1/workspaces/{segment(workspace)}/installations")
-    table = make_table("installation", "release", "status", "version", "scope", "grants", "updated")
-    for inst in items:
-        release = inst.get("release") or {}
-        table.add_row(
-            str(inst.get("installationId")),
-            f"{release.get('package', inst.get('package'))}@{release.get('version', '-')}",
-            str(inst.get("status")),
-            str(inst.get("version")),
-            scope_text(inst.get("scope") or {}),
-            grants_text(inst.get("grants")),
-            utc_time(inst.get("updatedAt")),
-        )
-    ctx.emit(
-        {"items": items}, lambda: ctx.out.print(table) if items else ctx.out.print(f"no installations in {workspace}")
-    )
+    listing = paginate(ctx, f"/v1/workspaces/{segment(workspace)}/installations", "installations")
+    ctx.show(listing.body(), columns=INSTALLATION_COLUMNS, empty=f"no installations in {workspace}")
     return EXIT_OK
 
 
 def cmd_resolved(ctx: Context, args: argparse.Namespace) -> int:
     workspace = workspace_of(args)
-    body = ctx.client.request("GET", f"/v1/workspaces/{segment(workspace)}/resolved").body or {}
-    items = body.get("items") or []
-    table = make_table("installation", "release", "manifest digest", "archive sha256", "scope", "grants")
-    for item in items:
-        table.add_row(
-            str(item.get("installationId")),
-            f"{item.get('package')}@{item.get('release')}",
-            short_digest(item.get("manifestDigest")),
-            short_digest((item.get("archive") or {}).get("sha256")),
-            scope_text(item.get("scope") or {}),
-            grants_text(item.get("grants")),
-        )
-    ctx.emit(body, lambda: ctx.out.print(table) if items else ctx.out.print(f"nothing resolved in {workspace}"))
+    body = dict(ctx.client.request("GET", f"/v1/workspaces/{segment(workspace)}/resolved").body or {})
+    body["items"] = cut(ctx, list(body.get("items") or []), "installations")
+    ctx.show(body, columns=RESOLVED_COLUMNS, empty=f"nothing resolved in {workspace}")
     return EXIT_OK
+
+
+# ------------------------------------------------------------------ consent: approvals, approve
+
+
+def cmd_approvals(ctx: Context, args: argparse.Namespace) -> int:
+    workspace = workspace_of(args)
+    listing = paginate(ctx, f"/v1/workspaces/{segment(workspace)}/approvals", "operations waiting")
+    ctx.show(listing.body(), columns=APPROVAL_COLUMNS, empty=f"nothing waits for approval in {workspace}")
+    return EXIT_OK
+
+
+def cmd_approve(ctx: Context, args: argparse.Namespace) -> int:
+    """Approve (or ``--reject``) the plan an installation's operation waits on, then follow that operation."""
+    workspace = workspace_of(args)
+    digest = args.plan_digest
+    operation_id: str | None = None
+    if digest is None:
+        waiting = paginate(ctx, f"/v1/workspaces/{segment(workspace)}/approvals", "operations waiting").items
+        found = [w for w in waiting if w.get("installationId") == args.installation]
+        if not found:
+            raise CliError(
+                f"nothing waits for approval on {args.installation!r} in workspace {workspace!r}",
+                code="not_found",
+                detail=f"see what waits: packyard approvals {workspace}",
+                exit_code=EXIT_NOT_FOUND,
+            )
+        digest = str(found[0].get("planDigest"))
+        operation_id = str(found[0].get("operationId"))
+    decision = "reject" if args.reject else "approve"
+    key = args.idempotency_key or str(uuid.uuid4())
+    path = _installation_path(workspace, args.installation) + "/approvals"
+    body = {"decision": decision, "planDigest": digest}
+    if operation_id:
+        # the decision is for this operation: if another took its place meanwhile, the answer is stale_authority
+        body["operationId"] = operation_id
+    reply = ctx.client.request("POST", path, body=body, idempotency_key=key)
+    approval = dict(reply.body or {})
+    ctx.note(
+        f"{decision}d the plan of {args.installation} ([dim]{str(digest)[:12]}…[/]) for operation "
+        f"[bold]{approval.get('operationId')}[/]"
+    )
+    operation = (approval.get("links") or {}).get("operation") or (
+        f"/v1/workspaces/{segment(workspace)}/operations/{segment(str(approval.get('operationId')))}"
+    )
+    if args.no_wait:
+        ctx.show(approval, columns=APPROVAL_DECISION_COLUMNS)
+        return EXIT_OK
+    return finish_operation(ctx, _wait_for_operation(ctx, operation, args.wait_timeout), workspace)

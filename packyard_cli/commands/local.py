@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from packyard_cli.client import EXIT_OK, EXIT_USAGE
 from packyard_cli.commands.context import Context
+from packyard_cli.output import Column, dig
 
 
 def cmd_local(ctx: Context, args: argparse.Namespace) -> int:
@@ -29,11 +29,17 @@ def cmd_token(ctx: Context, args: argparse.Namespace) -> int:
     from packyard_cli import tokens
 
     key = tokens.load_or_create_key(args.state_dir)
-    scopes = args.scope or list(tokens.DEFAULT_SCOPES)
-    tenant = args.tenant or os.environ.get("PACKYARD_TENANT") or "local"
-    token = key.mint(tenant=tenant, subject=args.subject, scopes=scopes, ttl_seconds=args.ttl)
-    if ctx.json:
-        print(json.dumps({"token": token, "tenant": tenant, "subject": args.subject, "expiresIn": args.ttl}))
-    else:
-        print(token)
+    scopes = [s for value in args.scope or [] for s in value.split()] or list(tokens.DEFAULT_SCOPES)
+    tenant = args.tenant or os.environ.get("PACKYARD_TENANT") or ctx.profile.tenant or "local"
+    token = key.mint(tenant=tenant, subject=args.subject, scopes=scopes, ttl_seconds=args.ttl, actor=args.actor)
+    body = {
+        "token": token,
+        "tenant": tenant,
+        "subject": args.subject,
+        "actor": args.actor,
+        "scopes": scopes,
+        "expiresIn": args.ttl,
+    }
+    columns = (Column("token", dig("token"), key=True),)
+    ctx.show(body, render=lambda: print(token), columns=columns)
     return EXIT_OK

@@ -7,67 +7,135 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from packyard_cli.arguments import package_at_version
+from packyard_cli import rules
+from packyard_cli.arguments import ReleaseRef, release_ref
 from packyard_cli.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError, segment
-from packyard_cli.commands.context import Context, all_pages, wait_for
-from packyard_cli.render import human_size, make_table, print_error, render_release, short_digest, utc_time
+from packyard_cli.commands.context import Context, paginate, resolve_release, wait_for
+from packyard_cli.folder import PackageConfig, load_config
+from packyard_cli.output import Column, dig
+from packyard_cli.render import (
+    PACKAGE_COLUMNS,
+    RELEASE_COLUMNS,
+    human_size,
+    print_error,
+    release_row_columns,
+    render_release,
+    short_digest,
+)
 
 UPLOAD_STOPS = frozenset({"published", "rejected", "expired"})
 
 
-def _build(args: argparse.Namespace) -> tuple[bytes, dict[str, Any]]:
+@dataclass(frozen=True)
+class Prepared:
+    """What a build or publish packs: the archive, its manifest, and the name and version it goes out under."""
+
+    archive: bytes
+    manifest: dict[str, Any]
+    package: str | None
+    version: str | None
+    config: PackageConfig
+
+
+def _usage(title: str, detail: str | None = None) -> CliError:
+    return CliError(title, detail=detail, exit_code=EXIT_USAGE)
+
+
+def _prepare(args: argparse.Namespace) -> Prepared:
+    """Build from DIR (its package file, flags winning) or read --archive with --manifest."""
     from packyard_cli.build import build_from_directory
 
-    if args.directory and (args.archive or args.manifest):
-        raise CliError("give either DIR or --archive with --manifest", exit_code=EXIT_USAGE)
-    if args.archive or args.manifest:
-        if not (args.archive and args.manifest):
-            raise CliError("--archive and --manifest go together", exit_code=EXIT_USAGE)
+    package = getattr(args, "package", None)
+    version = getattr(args, "version", None)
+    archive_file, manifest_file = getattr(args, "archive", None), getattr(args, "manifest", None)
+    if args.directory and (archive_file or manifest_file):
+        raise _usage("give either DIR or --archive with --manifest")
+    if archive_file or manifest_file:
+        if not (archive_file and manifest_file):
+            raise _usage("--archive and --manifest go together")
         try:
-            manifest = json.loads(Path(args.manifest).read_text("utf-8"))
-            return Path(args.archive).read_bytes(), manifest
+            manifest = json.loads(Path(manifest_file).read_text("utf-8"))
+            data = Path(archive_file).read_bytes()
         except (OSError, ValueError) as exc:
-            raise CliError("cannot read the prebuilt package", detail=str(exc)) from None
+            raise CliError("cannot read the prebuilt package", detail=str(exc), exit_code=EXIT_USAGE) from None
+        return Prepared(data, manifest, package, version, PackageConfig())
     if not args.directory:
-        raise CliError("nothing to publish", detail="give a DIR (or --archive and --manifest)", exit_code=EXIT_USAGE)
+        raise _usage("nothing to publish", "give a DIR (or --archive and --manifest)")
+    config = load_config(args.directory)
+    permissions = args.permission if args.permission is not None else (config.permissions or [])
+    metadata = {**config.metadata, **dict(args.metadata or [])}
     try:
-        built = build_from_directory(
-            args.directory, permissions=args.permission or [], metadata=dict(args.metadata or [])
-        )
-    except (OSError, ValueError) as exc:
+        built = build_from_directory(args.directory, permissions=permissions, metadata=metadata)
+    except OSError as exc:
         raise CliError("cannot build the package", detail=str(exc)) from None
-    return built.archive, built.manifest
+    return Prepared(built.archive, built.manifest, package or config.name, version or config.version, config)
 
 
 def cmd_build(ctx: Context, args: argparse.Namespace) -> int:
     args.archive = args.manifest = None
-    archive, manifest = _build(args)
-    prefix = Path(args.out) if args.out else Path(Path(args.directory).resolve().name)
+    if args.list:
+        return _list_files(ctx, args)
+    prepared = _prepare(args)
+    archive, manifest = prepared.archive, prepared.manifest
+    default_prefix = Path(Path(args.directory).resolve().name)
+    if prepared.package and prepared.version:
+        default_prefix = Path(f"{prepared.package}-{prepared.version}")
+    prefix = Path(args.out) if args.out else default_prefix
     archive_path = prefix.with_name(prefix.name + ".tar.gz")
     manifest_path = prefix.with_name(prefix.name + ".manifest.json")
     archive_path.parent.mkdir(parents=True, exist_ok=True)
     archive_path.write_bytes(archive)
     manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
     summary = {
+        "package": prepared.package,
+        "version": prepared.version,
         "archive": str(archive_path),
         "manifest": str(manifest_path),
         "sha256": hashlib.sha256(archive).hexdigest(),
         "size": len(archive),
         "files": len(manifest["files"]),
     }
-    ctx.emit(
+    columns = (
+        Column("archive", dig("archive"), key=True),
+        Column("manifest", dig("manifest"), key=True),
+        Column("sha256", dig("sha256")),
+        Column("size", dig("size")),
+        Column("files", dig("files")),
+    )
+    ctx.show(
         summary,
-        lambda: ctx.out.print(
+        columns=columns,
+        render=lambda: ctx.out.print(
             f"built {summary['files']} files → {archive_path} ({human_size(len(archive))}, sha256 "
             f"{summary['sha256']}) and {manifest_path}",
             highlight=False,
             soft_wrap=True,
         ),
     )
+    return EXIT_OK
+
+
+def _list_files(ctx: Context, args: argparse.Namespace) -> int:
+    """``build --list``: what the ignore rules keep and leave out, without building anything."""
+    from packyard_cli.folder import collect
+
+    found = collect(args.directory)
+    items = [{"path": p, "packed": True} for p in found.files] + [{"path": p, "packed": False} for p in found.ignored]
+    columns = (Column("path", dig("path"), key=True), Column("packed", dig("packed")))
+
+    def render() -> None:
+        for path in found.files:
+            ctx.out.print(path, highlight=False)
+        if found.ignored:
+            ctx.out.print(f"[dim]ignored: {', '.join(found.ignored)}[/]", highlight=False, soft_wrap=True)
+
+    ctx.show({"items": items}, columns=columns, render=render)
     return EXIT_OK
 
 
@@ -119,9 +187,46 @@ def upload_with_progress(ctx: Context, url: str, data: bytes, headers: dict[str,
         ctx.client.put_bytes(url, reader, headers)
 
 
+def _name_and_version(args: argparse.Namespace, prepared: Prepared) -> tuple[str, str]:
+    where = f"{args.directory}/packyard.toml" if args.directory else "a packyard.toml"
+    if not prepared.package:
+        raise _usage("which package?", f"set name in {where} (packyard init makes one), or pass --package NAME")
+    if not prepared.version:
+        raise _usage("which version?", f"set version in {where}, or pass --version X.Y.Z")
+    for problem in (rules.package_problem(prepared.package), rules.version_problem(prepared.version)):
+        if problem:
+            raise _usage(problem)
+    return prepared.package, prepared.version
+
+
+def _warn_dropped_permissions(ctx: Context, package: str, version: str, manifest: dict[str, Any]) -> None:
+    """A new version that declares fewer permissions than the newest published one: say so (installs updated to
+    it lose those grants). Best effort: any error here is ignored."""
+    try:
+        _, latest = resolve_release(ctx, ReleaseRef(package, None), quiet=True)
+        if latest == version:
+            return
+        newest = ctx.client.request("GET", f"/v1/packages/{segment(package)}/versions/{segment(latest)}").body
+    except CliError:
+        return
+    declared = {(p.get("kind"), p.get("resource", "*")) for p in manifest.get("permissions") or []}
+    dropped = [
+        f"{k}:{r}"
+        for k, r in ((p.get("kind"), p.get("resource", "*")) for p in newest.get("permissions") or [])
+        if (k, r) not in declared
+    ]
+    if dropped:
+        ctx.warn(
+            f"{package}@{version} does not declare {', '.join(dropped)}, which {package}@{latest} does: "
+            "installations updated to it lose that grant (declare it with --permission or in packyard.toml)"
+        )
+
+
 def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
-    package, version = args.package, args.version
-    archive, manifest = _build(args)
+    prepared = _prepare(args)
+    package, version = _name_and_version(args, prepared)
+    archive, manifest = prepared.archive, prepared.manifest
+    _warn_dropped_permissions(ctx, package, version, manifest)
     request = {"manifest": manifest, "archive": {"size": len(archive), "sha256": hashlib.sha256(archive).hexdigest()}}
     ctx.note(
         f"publishing [bold]{package}@{version}[/]: {len(manifest.get('files', []))} files, archive "
@@ -132,7 +237,7 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     if session.status == 200:
         ctx.note("already published with identical content: nothing to upload")
         release = session.body.get("release", session.body)
-        ctx.emit(release, lambda: render_release(ctx, release, "release"))
+        ctx.show(release, render=lambda: render_release(ctx, release, "release"), columns=release_row_columns())
         return EXIT_OK
     upload = session.body
     upload_id = upload["uploadId"]
@@ -144,9 +249,10 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
         ctx.note("the service already holds this archive: nothing to upload")
     completed = ctx.client.request("POST", f"/v1/uploads/{segment(upload_id)}/complete")
     if args.no_wait:
-        ctx.emit(
+        ctx.show(
             completed.body,
-            lambda: ctx.note(f"upload [bold]{upload_id}[/] is {completed.body.get('state')}; it goes on without us"),
+            render=lambda: ctx.note(f"upload [bold]{upload_id}[/] is {completed.body.get('state')}; it goes on"),
+            columns=(Column("upload", dig("uploadId"), key=True), Column("state", dig("state"))),
         )
         return EXIT_OK
 
@@ -162,7 +268,7 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     )
     if final.get("state") == "published":
         release = ctx.client.request("GET", base).body
-        ctx.emit(release, lambda: render_release(ctx, release, "published"))
+        ctx.show(release, render=lambda: render_release(ctx, release, "published"), columns=release_row_columns())
         return EXIT_OK
     return _not_published(ctx, final, package, version)
 
@@ -170,7 +276,13 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
 def _not_published(ctx: Context, final: dict[str, Any], package: str, version: str) -> int:
     """A rejected or expired upload: the service's rejection (code, detail, sub-code) with exit code 3."""
     if ctx.json:
-        print(json.dumps(final, indent=2))
+        columns = (
+            Column("upload", dig("uploadId"), key=True),
+            Column("state", dig("state")),
+            Column("code", dig("rejection", "code")),
+            Column("subCode", dig("rejection", "subCode")),
+        )
+        ctx.show(final, columns=columns)
         return EXIT_REFUSED
     state = final.get("state")
     rejection = final.get("rejection") or {}
@@ -189,48 +301,114 @@ def _not_published(ctx: Context, final: dict[str, Any], package: str, version: s
 # ------------------------------------------------------------------ releases
 
 
+def _release_path(package: str, version: str) -> str:
+    return f"/v1/packages/{segment(package)}/versions/{segment(version)}"
+
+
 def cmd_releases(ctx: Context, args: argparse.Namespace) -> int:
-    if args.package_or_release and "@" in args.package_or_release:
-        package, version = package_at_version(args.package_or_release)
-        release = ctx.client.request("GET", f"/v1/packages/{segment(package)}/versions/{segment(version)}").body
-        ctx.emit(release, lambda: render_release(ctx, release, "release"))
+    target: str | None = args.package_or_release
+    if target and "@" in target:
+        package, version = resolve_release(ctx, release_ref(target))
+        release = ctx.client.request("GET", _release_path(package, version)).body
+        ctx.show(release, render=lambda: render_release(ctx, release, "release"), columns=release_row_columns())
         return EXIT_OK
-    path = f"/v1/packages/{segment(args.package_or_release)}/versions" if args.package_or_release else "/v1/packages"
-    items = all_pages(ctx, path)
-    table = _versions_table(items) if args.package_or_release else _packages_table(items)
-    ctx.emit({"items": items}, lambda: ctx.out.print(table) if items else ctx.out.print("no releases yet"))
+    if target:
+        problem = rules.package_problem(target)
+        if problem:
+            raise _usage(problem)
+        listing = paginate(ctx, f"/v1/packages/{segment(target)}/versions", "versions")
+        listing.items.sort(key=lambda r: rules.semver_key(str(r.get("version"))), reverse=True)
+        ctx.show(listing.body(), columns=RELEASE_COLUMNS, empty=f"{target} has no versions")
+        return EXIT_OK
+    listing = paginate(ctx, "/v1/packages", "packages")
+    ctx.show(listing.body(), columns=PACKAGE_COLUMNS, empty="no packages yet: packyard publish DIR")
     return EXIT_OK
-
-
-def _versions_table(items: list[dict[str, Any]]) -> Any:
-    table = make_table("version", "status", "archive", "files", "manifest digest", "published")
-    for r in items:
-        table.add_row(
-            str(r.get("version")),
-            str(r.get("status")),
-            human_size((r.get("archive") or {}).get("size")),
-            str(r.get("fileCount", "")),
-            short_digest(r.get("manifestDigest")),
-            utc_time(r.get("publishedAt")),
-        )
-    return table
-
-
-def _packages_table(items: list[dict[str, Any]]) -> Any:
-    table = make_table("package", "latest", "versions", "created")
-    for p in items:
-        table.add_row(
-            str(p.get("package")),
-            str(p.get("latestVersion")),
-            str(p.get("versionCount")),
-            utc_time(p.get("createdAt")),
-        )
-    return table
 
 
 def cmd_yank(ctx: Context, args: argparse.Namespace) -> int:
     package, version = args.release
-    release = ctx.client.request("DELETE", f"/v1/packages/{segment(package)}/versions/{segment(version)}").body
-    ctx.emit(release, lambda: render_release(ctx, release, "yanked"))
-    ctx.note("  (a yanked version is never reused; installs of it are refused)")
+    release = ctx.client.request("DELETE", _release_path(package, version)).body
+
+    def render() -> None:
+        render_release(ctx, release, "yanked")
+        ctx.note("  (a yanked version is never reused; installs of it are refused)")
+
+    ctx.show(release, render=render, columns=release_row_columns())
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ pull
+
+
+def _destination(out: str | None, package: str, version: str) -> Path:
+    name = f"{package}-{version}.tar.gz"
+    if not out:
+        return Path(name)
+    path = Path(out)
+    if out.endswith(("/", os.sep)) or path.is_dir():
+        return path / name
+    return path
+
+
+def cmd_pull(ctx: Context, args: argparse.Namespace) -> int:
+    """Download a release's archive and check its size and sha256 against the release before keeping it."""
+    package, version = resolve_release(ctx, args.release)
+    release = ctx.client.request("GET", _release_path(package, version)).body or {}
+    expected = dict(release.get("archive") or {})
+    link = ctx.client.request("GET", _release_path(package, version) + "/archive").body or {}
+    for name in ("sha256", "size"):
+        if link.get(name) != expected.get(name):
+            raise CliError(
+                f"the download link disagrees with the release about the archive's {name}",
+                detail=f"release {expected.get(name)!r}, link {link.get(name)!r}",
+            )
+    target = _destination(args.out, package, version)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.with_name(f".{target.name}.partial")
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with ctx.status(f"downloading {package}@{version}"), scratch.open("wb") as sink:
+            for chunk in ctx.client.download(str(link["url"])):
+                digest.update(chunk)
+                size += len(chunk)
+                sink.write(chunk)
+        if size != expected.get("size") or digest.hexdigest() != expected.get("sha256"):
+            raise CliError(
+                f"the downloaded archive of {package}@{version} does not match the release",
+                code="digest_mismatch",
+                detail=f"got {size} bytes, sha256 {digest.hexdigest()}; the release has {expected.get('size')} "
+                f"bytes, sha256 {expected.get('sha256')}. Nothing was kept.",
+                exit_code=EXIT_REFUSED,
+            )
+        os.replace(scratch, target)
+    finally:
+        scratch.unlink(missing_ok=True)
+    summary = {
+        "package": package,
+        "version": version,
+        "status": release.get("status"),
+        "path": str(target),
+        "sha256": digest.hexdigest(),
+        "size": size,
+        "verified": True,
+    }
+    columns = (
+        Column("path", dig("path"), key=True),
+        Column("sha256", dig("sha256")),
+        Column("size", dig("size")),
+        Column("release", lambda d: f"{d['package']}@{d['version']}", key=True),
+    )
+
+    def render() -> None:
+        ctx.out.print(
+            f"[bold green]pulled[/] {package}@{version} → [bold]{target}[/] ({human_size(size)}, sha256 "
+            f"{digest.hexdigest()}: matches the release)",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if release.get("status") == "yanked":
+            ctx.out.print("  note: this release is yanked", highlight=False)
+
+    ctx.show(summary, render=render, columns=columns)
     return EXIT_OK

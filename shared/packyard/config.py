@@ -45,6 +45,8 @@ class Limits(BaseModel):
     # settled items are kept this long for reads, then the table's TTL removes them
     settled_upload_retention_seconds: int = Field(default=7 * 24 * 3600, gt=0)
     settled_operation_retention_seconds: int = Field(default=90 * 24 * 3600, gt=0)
+    # how long an operation waits for an owner's approval before it settles refused consent_expired
+    consent_window_seconds: int = Field(default=7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
 
 
 class Settings(BaseModel):
@@ -58,6 +60,9 @@ class Settings(BaseModel):
     publish_state_machine_arn: str = Field(default="", alias="PUBLISH_STATE_MACHINE_ARN")
     install_state_machine_arn: str = Field(default="", alias="INSTALL_STATE_MACHINE_ARN")
     tenant_claim: str = Field(default="tenant", alias="TENANT_CLAIM")
+    scope_claim: str = Field(default="scope", alias="SCOPE_CLAIM")
+    # owner (a person) or workflow (an automation client); a token without it acts as a workflow (fails closed)
+    actor_claim: str = Field(default="actor", alias="ACTOR_CLAIM")
 
 
 @lru_cache(maxsize=1)
@@ -83,7 +88,28 @@ def limits() -> Limits:
     return Limits.model_validate(_from_environment(names))
 
 
+class ScopeNames(BaseModel):
+    """The JWT scope that grants each permission. Override with ``PACKYARD_SCOPE_<PERMISSION>`` variables."""
+
+    model_config = ConfigDict(frozen=True)
+
+    read_packages: str = "packages:read"
+    publish: str = "packages:publish"
+    yank: str = "packages:yank"
+    read_workspaces: str = "workspaces:read"
+    change_installations: str = "installations:write"
+    approve: str = "approvals:write"
+    read_usage: str = "usage:read"
+
+
+@lru_cache(maxsize=1)
+def scope_names() -> ScopeNames:
+    names = {name: f"PACKYARD_SCOPE_{name.upper()}" for name in ScopeNames.model_fields}
+    return ScopeNames.model_validate(_from_environment(names))
+
+
 def reset() -> None:
     """Forget cached settings (tests and the local stack change the environment)."""
     settings.cache_clear()
     limits.cache_clear()
+    scope_names.cache_clear()

@@ -61,6 +61,10 @@ class Unauthorized(PackyardError):
     status, code, title = 401, "unauthorized", "Missing or invalid credentials"
 
 
+class Forbidden(PackyardError):
+    status, code, title = 403, "forbidden", "Forbidden"
+
+
 class NotFound(PackyardError):
     status, code, title = 404, "not_found", "Not found"
 
@@ -91,6 +95,16 @@ class PlanChanged(PackyardError):
 
 class NeedsConsent(PackyardError):
     status, code, title = 403, "needs_consent", "Permissions need consent"
+
+
+class ConsentRejected(PackyardError):
+    """The owner rejected the exact plan. Also the errorType the consent wait fails with."""
+
+    status, code, title = 403, "consent_rejected", "Consent rejected"
+
+
+class ConsentExpired(PackyardError):
+    status, code, title = 403, "consent_expired", "Consent expired"
 
 
 class StaleAuthority(PackyardError):

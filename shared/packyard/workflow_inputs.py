@@ -61,6 +61,12 @@ class CommitTask(OperationTask):
     plan: PlanningResult
 
 
+class ConsentTask(OperationTask):
+    """The consent wait's payload: the operation, and the task token Step Functions resumes it with."""
+
+    task_token: str = Field(alias="taskToken", min_length=1)
+
+
 def caught_error_message(error: dict[str, Any] | None, limit: int = 1000) -> str:
     """The ``errorMessage`` inside a Catch's ``$.error.Cause`` (a Lambda error payload as JSON, or plain text)."""
     cause = (error or {}).get("Cause")

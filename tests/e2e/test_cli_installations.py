@@ -61,7 +61,7 @@ def releases(cli: Cli, tmp_path_factory: pytest.TempPathFactory) -> dict[str, di
     found = {}
     for version, marker in (("1.0.0", "v1"), ("1.1.0", "v2")):
         write_skill(folder, marker)
-        published = cli("--json", "publish", str(folder), "-p", "weather-skill", "-v", version)
+        published = cli("--json", "publish", str(folder), "-p", "weather-skill", "--version", version)
         assert published.code == 0, published.output
         found[version] = published.json()
     return found
@@ -124,7 +124,7 @@ def test_a_replay_with_the_same_key_returns_the_same_operation(cli: Cli, release
     assert replay.json()["operationId"] == first.json()["operationId"]
     assert replay.json()["outcome"]["result"] == "succeeded"
     assert versions == [2]  # applied once
-    assert other.code == 1
+    assert other.code == 3  # refused: idempotency_key_reused
     assert other.json()["code"] == "idempotency_key_reused"
 
 

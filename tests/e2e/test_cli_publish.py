@@ -39,9 +39,9 @@ def test_publish_builds_uploads_and_prints_the_release(cli: Cli, tmp_path: Path)
 
 def test_publishing_the_same_content_again_is_idempotent(cli: Cli, tmp_path: Path) -> None:
     folder = write_skill(tmp_path / "weather-skill")
-    assert cli("publish", str(folder), "-p", "weather-skill", "-v", "2.0.0").code == 0
+    assert cli("publish", str(folder), "-p", "weather-skill", "--version", "2.0.0").code == 0
 
-    again = cli("publish", str(folder), "-p", "weather-skill", "-v", "2.0.0")
+    again = cli("publish", str(folder), "-p", "weather-skill", "--version", "2.0.0")
 
     assert again.code == 0, again.output
     assert "already published with identical content" in again.stdout
@@ -71,7 +71,7 @@ def test_a_tampered_archive_is_rejected_with_its_sub_code_and_exit_code_3(cli: C
         "publish",
         "-p",
         "weather-skill",
-        "-v",
+        "--version",
         "1.0.2",
         "--manifest",
         str(tmp_path / "honest.manifest.json"),
@@ -94,23 +94,23 @@ def test_a_tampered_archive_is_rejected_with_its_sub_code_and_exit_code_3(cli: C
         "subCode": "size_mismatch",
         "detail": as_json.json()["rejection"]["detail"],
     }
-    assert looked_up.code == 1
+    assert looked_up.code == 6  # not found
     assert "not_found" in looked_up.stderr
 
 
 def test_releases_lists_versions_newest_first_and_yank_keeps_the_version_used(cli: Cli, tmp_path: Path) -> None:
     # Given two published versions
     folder = write_skill(tmp_path / "weather-skill")
-    assert cli("publish", str(folder), "-p", "weather-skill", "-v", "1.0.0").code == 0
+    assert cli("publish", str(folder), "-p", "weather-skill", "--version", "1.0.0").code == 0
     write_skill(folder, marker="v2")
-    assert cli("publish", str(folder), "-p", "weather-skill", "-v", "1.1.0").code == 0
+    assert cli("publish", str(folder), "-p", "weather-skill", "--version", "1.1.0").code == 0
 
     # When one is yanked, the catalogue is read, and other content is published to the yanked version
     yanked = cli("yank", "weather-skill@1.0.0")
     packages = cli("--json", "releases")
     versions = cli("--json", "releases", "weather-skill")
     table = cli("releases", "weather-skill")
-    reused = cli("publish", str(folder), "-p", "weather-skill", "-v", "1.0.0")
+    reused = cli("publish", str(folder), "-p", "weather-skill", "--version", "1.0.0")
 
     # Then the version stays listed as yanked, and reusing it is a conflict (exit 4)
     assert yanked.code == 0, yanked.output
@@ -132,20 +132,23 @@ def test_errors_print_title_code_and_detail_with_distinct_exit_codes(cli: Cli, t
 
     unauthorized = cli("--token", "not-a-token", "releases")
     unreachable = cli("--endpoint", f"http://127.0.0.1:{closed_port}", "releases")
-    usage = cli("install", "weather-skill", "--workspace", "ws-1")
-    missing = cli("publish", str(tmp_path / "no-such-folder"), "-p", "weather-skill", "-v", "1.0.0")
+    usage = cli("install", "weather-skill@1.1", "--workspace", "ws-1")
+    latest_of_nothing = cli("install", "weather-skill", "--workspace", "ws-1")
+    missing = cli("publish", str(tmp_path / "no-such-folder"), "-p", "weather-skill", "--version", "1.0.0")
     as_json = cli("--json", "--token", "not-a-token", "releases")
 
-    assert unauthorized.code == 1
+    assert unauthorized.code == 7
     assert "Missing or invalid credentials" in unauthorized.stderr and "unauthorized" in unauthorized.stderr
     assert unreachable.code == 5
     assert "unavailable" in unreachable.stderr and "connection refused" in unreachable.stderr
     assert usage.code == 2
-    assert "PACKAGE@VERSION" in usage.stderr
-    assert missing.code == 1
-    assert "cannot build the package" in missing.stderr
+    assert "not a semantic version" in usage.stderr and "1.1.0" in usage.stderr
+    assert latest_of_nothing.code == 6
+    assert "not found" in latest_of_nothing.stderr or "no published version" in latest_of_nothing.stderr
+    assert missing.code == 2
+    assert "no such folder" in missing.stderr
     assert json.loads(as_json.stdout)["code"] == "unauthorized"
-    for result in (unauthorized, unreachable, usage, missing, as_json):
+    for result in (unauthorized, unreachable, usage, latest_of_nothing, missing, as_json):
         assert "Traceback" not in result.output
 
 

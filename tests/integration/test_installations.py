@@ -37,7 +37,7 @@ def test_install_settles_succeeded_and_the_installation_is_active_at_version_1(r
     assert inst.headers["etag"] == '"1"'
     assert (inst.body["status"], inst.body["version"], inst.body["creation"]) == ("active", 1, "fresh")
     assert inst.body["release"]["version"] == "1.0.0"
-    assert inst.body["grants"] == [{"kind": "api_read", "resource": "*", "origin": "owner"}]
+    assert inst.body["grants"] == [{"kind": "api_read", "resource": "*", "origin": "owner", "ceiling": "workspace"}]
 
 
 def test_same_key_same_request_is_the_same_operation_with_the_same_result(releases):
@@ -219,7 +219,7 @@ def test_resolved_lists_active_releases_with_digests_grants_and_download_urls(re
     assert [(r["installationId"], r["release"]) for r in resolved] == [("hello", "1.0.0")]
     archive = requests.get(resolved[0]["archive"]["url"], timeout=30).content
     assert hashlib.sha256(archive).hexdigest() == resolved[0]["archive"]["sha256"]
-    assert resolved[0]["grants"] == [{"kind": "api_read", "resource": "*", "origin": "owner"}]
+    assert resolved[0]["grants"] == [{"kind": "api_read", "resource": "*", "origin": "owner", "ceiling": "workspace"}]
 
 
 def test_an_operation_settled_at_admission_starts_its_retention_clock(releases, stack):

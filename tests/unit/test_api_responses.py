@@ -35,7 +35,8 @@ from packyard.api.workspace_responses import (
 
 # Domain types (their modules are being moved: keep these imports together).
 from packyard.installations.grants import Grant
-from packyard.installations.models import Installation, ReleaseRef, Scope, plan_digest
+from packyard.installations.models import Installation, ReleaseRef, plan_digest
+from packyard.installations.scopes import Scope
 from packyard.operations.models import Operation, Outcome
 from packyard.publishing.models import ArchiveSource, Package, Rejection, Release, Upload
 
@@ -347,8 +348,8 @@ ACTIVE_JSON = {
     "previous": V1_JSON,
     "scope": {"kind": "workspace", "id": None},
     "grants": [
-        {"kind": "api_read", "resource": "calendar", "origin": "owner"},
-        {"kind": "network", "resource": "*", "origin": "workflow"},
+        {"kind": "api_read", "resource": "calendar", "origin": "owner", "ceiling": "workspace"},
+        {"kind": "network", "resource": "*", "origin": "workflow", "ceiling": "workspace"},
     ],
     "grantGeneration": 2,
     "config": {"greeting": "hi", "nested": {"off": None}},
@@ -519,8 +520,8 @@ WORKSPACE_CASES = [
                     "manifestUrl": "https://get.example/manifest",
                     "scope": {"kind": "workspace"},
                     "grants": [
-                        {"kind": "api_read", "resource": "calendar", "origin": "owner"},
-                        {"kind": "network", "resource": "*", "origin": "workflow"},
+                        {"kind": "api_read", "resource": "calendar", "origin": "owner", "ceiling": "workspace"},
+                        {"kind": "network", "resource": "*", "origin": "workflow", "ceiling": "workspace"},
                     ],
                     "grantGeneration": 2,
                     "config": {"greeting": "hi", "nested": {"off": None}},

@@ -11,8 +11,9 @@ import requests
 from packyard_cli.arguments import package_at_version, scope_value
 from packyard_cli.client import (
     EXIT_CONFLICT,
-    EXIT_ERROR,
+    EXIT_NOT_FOUND,
     EXIT_REFUSED,
+    EXIT_UNAUTHORIZED,
     EXIT_UNAVAILABLE,
     ApiError,
     Client,
@@ -113,16 +114,16 @@ def test_an_unreachable_service_is_unavailable_after_the_last_attempt() -> None:
     [
         (422, "archive_rejected", EXIT_REFUSED),
         (403, "needs_consent", EXIT_REFUSED),
-        (409, "release_unavailable", EXIT_UNAVAILABLE),
+        (409, "release_unavailable", EXIT_REFUSED),
         (409, "operation_in_progress", EXIT_CONFLICT),
         (409, "version_exists", EXIT_CONFLICT),
         (412, "version_conflict", EXIT_CONFLICT),
         (428, "version_required", EXIT_CONFLICT),
         (503, "unavailable", EXIT_UNAVAILABLE),
         (500, None, EXIT_UNAVAILABLE),
-        (401, "unauthorized", EXIT_ERROR),
-        (404, "not_found", EXIT_ERROR),
-        (422, "idempotency_key_reused", EXIT_ERROR),
+        (401, "unauthorized", EXIT_UNAUTHORIZED),
+        (404, "not_found", EXIT_NOT_FOUND),
+        (422, "idempotency_key_reused", EXIT_REFUSED),
     ],
 )
 def test_exit_codes_distinguish_refused_conflict_and_unavailable(status: int, code: str | None, exit_code: int) -> None:
@@ -142,12 +143,12 @@ def test_arguments_parse_releases_and_scopes() -> None:
         ["install", "weather@1.2.0", "--workspace", "ws-1", "--scope", "task:t-9", "--json", "--endpoint", "http://x"]
     )
 
-    assert args.release == ("weather", "1.2.0")
+    assert tuple(args.release) == ("weather", "1.2.0")
     assert args.scope == {"kind": "task", "id": "t-9"}
     assert args.json is True and args.endpoint == "http://x"
     assert package_at_version("a@1.0.0-rc.1") == ("a", "1.0.0-rc.1")
     assert scope_value("workspace") == {"kind": "workspace"}
-    with pytest.raises(Exception, match="PACKAGE@VERSION"):
+    with pytest.raises(Exception, match="exact version"):
         package_at_version("weather")
     with pytest.raises(Exception, match="needs an id"):
         scope_value("session")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from packyard.config import limits
-from packyard.installations.models import Creation, Installation, InstallationStatus, Scope, ScopeKind
+from packyard.installations.models import Creation, Installation, InstallationStatus
+from packyard.installations.scopes import Scope, ScopeKind
 from packyard.operations.commit import counter_changes
 
 NOW = 1_700_000_000

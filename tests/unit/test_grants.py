@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from packyard.installations.grants import Grant, next_grants, widens
+from packyard.installations.scopes import ScopeKind
 
 
 def grant(kind: Any, resource: str = "*", origin: Any = "owner") -> Grant:
@@ -81,7 +82,7 @@ def perm(kind: str, resource: str | None = None) -> dict[str, Any]:
 def test_given_current_grants_when_a_release_declares_permissions_then_next_grants_are(
     current, declared, origin, expected
 ):
-    assert next_grants(current, declared, origin) == expected
+    assert next_grants(current, declared, origin, ScopeKind.WORKSPACE) == expected
 
 
 @pytest.mark.parametrize(

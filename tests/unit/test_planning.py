@@ -13,7 +13,8 @@ import pytest
 
 from packyard.errors import NeedsConsent, StaleAuthority
 from packyard.installations.grants import Grant
-from packyard.installations.models import Creation, Installation, InstallationStatus, ReleaseRef, Scope, ScopeKind
+from packyard.installations.models import Creation, Installation, InstallationStatus, ReleaseRef
+from packyard.installations.scopes import Scope, ScopeKind
 from packyard.operations.models import (
     Action,
     InstallRequest,
@@ -164,7 +165,8 @@ KIND_CASES = [
             "previous": None,
             "scope": task("t1"),
             "config": {"greeting": "hi"},
-            "grants": [grant("api_read")],
+            # granted up to the scope it was installed with: promoting it re-asks consent
+            "grants": [grant("api_read").model_copy(update={"ceiling": ScopeKind.TASK})],
             "grant_generation": 1,
             "tenant": "t-acme",
             "workspace": "ws-1",
@@ -452,7 +454,9 @@ def test_given_a_workflow_origin_when_the_release_widens_grants_then_needs_conse
 @pytest.mark.parametrize(
     ("op", "needle"),
     [
-        pytest.param(operation(OperationKind.UNINSTALL), "nothing to uninstall", id="uninstall without a baseline"),
+        pytest.param(
+            operation(OperationKind.UNINSTALL), "needs an existing installation", id="uninstall without a baseline"
+        ),
         pytest.param(
             operation(OperationKind.INSTALL, target=None), "has no target release", id="install without a target"
         ),

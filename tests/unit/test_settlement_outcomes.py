@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from packyard.installations.models import Creation, Installation, InstallationStatus, Scope
+from packyard.installations.models import Creation, Installation, InstallationStatus
+from packyard.installations.scopes import Scope
 from packyard.operations.models import Action, Operation, OperationKind, OperationState, Outcome
 from packyard.operations.settlement import OUTCOME_DETAIL_LIMIT, REFUSALS, TRANSIENT, outcome_of
 
@@ -91,8 +92,15 @@ def test_given_a_refusal_error_type_when_settling_then_refused_with_its_class_st
     assert outcome == Outcome(result="refused", status=status, code=code, detail="hello@2.0.0 needs api_write")
 
 
-def test_given_the_refusal_table_then_it_is_exactly_the_five_definitive_refusals():
-    assert sorted(REFUSALS) == ["LimitExceeded", "NeedsConsent", "PlanChanged", "ReleaseUnavailable", "StaleAuthority"]
+def test_given_the_refusal_table_then_it_is_exactly_the_six_definitive_refusals():
+    assert sorted(REFUSALS) == [
+        "ConsentRejected",
+        "LimitExceeded",
+        "NeedsConsent",
+        "PlanChanged",
+        "ReleaseUnavailable",
+        "StaleAuthority",
+    ]
 
 
 @pytest.mark.parametrize(

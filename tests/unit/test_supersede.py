@@ -7,7 +7,8 @@ import pytest
 
 from packyard.config import limits
 from packyard.errors import OperationInProgress
-from packyard.installations.models import Creation, Installation, InstallationStatus, Scope
+from packyard.installations.models import Creation, Installation, InstallationStatus
+from packyard.installations.scopes import Scope
 from packyard.operations.models import Action, Operation, OperationKind, OperationState, Outcome, Slot, Supersession
 from packyard.operations.supersede import blocker, supersedable, superseded_outcome, supersession
 

@@ -199,6 +199,7 @@ class ReleaseView(ApiModel):
     permissions: list[PermissionView] = Field(description="what the package declares it needs")
     published_at: int = Field(alias="publishedAt", description="epoch seconds")
     yanked_at: int | None = Field(None, alias="yankedAt", description="epoch seconds, when yanked")
+    published_by: str | None = Field(None, alias="publishedBy", description="the subject who published it")
 
     @classmethod
     def _fields(cls, release: Release) -> dict[str, Any]:
@@ -214,6 +215,7 @@ class ReleaseView(ApiModel):
             "permissions": [PermissionView.model_validate(p) for p in release.permissions],
             "published_at": release.published_at,
             "yanked_at": release.yanked_at,
+            "published_by": release.published_by,
         }
 
     @classmethod

@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
+from packyard.api.principal import authorize
 from packyard.errors import InvalidRequest, NotFound, PackyardError
 from packyard.observability import logger
 
@@ -44,6 +45,12 @@ def build_resolver() -> APIGatewayHttpResolver:
 
     @app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
     def _validation_error(error: RequestValidationError) -> Response[str]:
+        # Powertools validates the request before the route runs; a caller without the route's scope (or without a
+        # valid token) learns that, not what is wrong with its request
+        try:
+            authorize(app)
+        except PackyardError as refused:
+            return problem_response(refused, headers=refused.headers or None)
         issues = [
             {"location": ".".join(str(part) for part in issue.get("loc", ())), "type": issue.get("type", "")}
             for issue in error.errors()

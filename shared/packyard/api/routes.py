@@ -9,9 +9,22 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from packyard.errors import PackyardError, Unauthorized
+from packyard.api.principal import BEARER_SCHEME
+from packyard.authority import Permission
+from packyard.errors import Forbidden, PackyardError, Unauthorized
 
 PROBLEM_SCHEMA = {"$ref": "#/components/schemas/Problem"}
+
+
+def contract(
+    permission: Permission, ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]
+) -> dict[str, Any]:
+    """Route decorator keywords: the permission the route needs (its OpenAPI ``security``, which ``authorize``
+    enforces) and its documented responses, 403 ``forbidden`` included."""
+    return {
+        "security": [{BEARER_SCHEME: [permission.value]}],
+        "responses": responses(ok, (*errors, Forbidden)),
+    }
 
 
 def responses(ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]) -> dict[int, Any]:

@@ -12,7 +12,9 @@ from typing import Any, Literal, Self
 
 from pydantic import Field
 
+from packyard.api.consent_responses import AskedPermissionView, ConsentView, ConsentWaitView
 from packyard.api.publishing_responses import ApiModel, ReleaseArchive
+from packyard.consent.models import ConsentWait
 
 # Domain types
 from packyard.installations.grants import Grant
@@ -21,11 +23,10 @@ from packyard.installations.models import (
     Installation,
     InstallationStatus,
     ReleaseRef,
-    Scope,
-    ScopeKind,
     etag,
     plan_digest,
 )
+from packyard.installations.scopes import Scope, ScopeKind
 from packyard.operations.models import Intent, Operation, OperationKind, OperationState, Outcome, Preview
 from packyard.publishing.manifest import PermissionKind
 from packyard.workspaces.models import Resolved
@@ -75,10 +76,11 @@ class GrantView(ApiModel):
     kind: PermissionKind
     resource: str = Field(description='what the grant covers; "*" for everything')
     origin: Origin = Field(description="who granted it")
+    ceiling: ScopeKind = Field(description="the widest scope it was approved for; promoting above it re-asks consent")
 
     @classmethod
     def of(cls, grant: Grant) -> Self:
-        return cls(kind=grant.kind, resource=grant.resource, origin=grant.origin)
+        return cls(kind=grant.kind, resource=grant.resource, origin=grant.origin, ceiling=grant.ceiling)
 
 
 class InstallationView(ApiModel):
@@ -101,9 +103,12 @@ class InstallationView(ApiModel):
     last_operation_id: str = Field(alias="lastOperationId", description="the operation that wrote this version")
     updated_at: int = Field(alias="updatedAt", description="epoch seconds")
     etag: str = Field(description='the version as an entity tag, e.g. "3"; send it as If-Match to change it')
+    pending_consent: ConsentWaitView | None = Field(
+        None, alias="pendingConsent", description="an operation of it waiting for approval (pending_permission)"
+    )
 
     @classmethod
-    def of(cls, inst: Installation) -> Self:
+    def of(cls, inst: Installation, pending: ConsentWait | None = None) -> Self:
         return cls(
             workspace=inst.workspace,
             installation_id=inst.installation_id,
@@ -121,6 +126,7 @@ class InstallationView(ApiModel):
             last_operation_id=inst.last_operation_id,
             updated_at=inst.updated_at,
             etag=etag(inst.version),
+            pending_consent=ConsentWaitView.of(pending) if pending is not None else None,
         )
 
 
@@ -184,6 +190,8 @@ class OperationView(ApiModel):
     settled_at: int | None = Field(None, alias="settledAt", description="epoch seconds")
     superseded_by: str | None = Field(None, alias="supersededBy", description="the operation that took its slot")
     supersedes: str | None = Field(None, description="the operation whose slot it took")
+    requested_by: str | None = Field(None, alias="requestedBy", description="the subject who asked for it")
+    consent: ConsentView | None = Field(None, description="the approval it asked for, and the decision")
     links: OperationLinks
 
     @classmethod
@@ -208,6 +216,8 @@ class OperationView(ApiModel):
             settled_at=op.settled_at,
             superseded_by=op.superseded_by,
             supersedes=op.supersedes,
+            requested_by=op.requested_by,
+            consent=ConsentView.of(op.consent) if op.consent else None,
             links=OperationLinks(self_link=f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"),
         )
 
@@ -222,11 +232,15 @@ class PreviewView(ApiModel):
     plan_digest: str | None = Field(
         alias="planDigest", description="send as planDigest to admit exactly this plan; null when none"
     )
+    consent: list[AskedPermissionView] | None = Field(
+        None, description="permissions an owner would be asked to approve before it commits"
+    )
 
     @classmethod
     def of_preview(cls, preview: Preview) -> Self:
         plan = InstallationView.of(preview.plan) if preview.plan is not None else None
-        return cls(kind=preview.kind, note=preview.note, plan=plan, plan_digest=preview.plan_digest)
+        asked = [AskedPermissionView(kind=k, resource=r) for k, r in preview.consent] or None
+        return cls(kind=preview.kind, note=preview.note, plan=plan, plan_digest=preview.plan_digest, consent=asked)
 
     @classmethod
     def of(cls, op: Operation, plan: Installation | None) -> Self:

@@ -12,10 +12,11 @@ import re
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from packyard.errors import InvalidRequest
 from packyard.installations.grants import Grant
+from packyard.installations.scopes import Scope
 
 INSTALLATION_ID = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
 WORKSPACE_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
@@ -31,30 +32,6 @@ def check_workspace_id(value: str) -> str:
     if not WORKSPACE_ID.match(value):
         raise InvalidRequest(f"workspace id {value!r} must be 1-128 chars of letters, digits, '.', '_', '-'")
     return value
-
-
-class ScopeKind(StrEnum):
-    WORKSPACE = "workspace"
-    TASK = "task"
-    SESSION = "session"
-    REPOSITORY = "repository"
-
-
-class Scope(BaseModel):
-    """Where an installation applies. ``workspace`` takes no id; the others take exactly one."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: ScopeKind = ScopeKind.WORKSPACE
-    id: str | None = Field(default=None, min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._:-]+$")
-
-    @model_validator(mode="after")
-    def _ids_match_kind(self) -> Scope:
-        if self.kind is ScopeKind.WORKSPACE and self.id is not None:
-            raise ValueError("a workspace scope takes no id")
-        if self.kind is not ScopeKind.WORKSPACE and self.id is None:
-            raise ValueError(f"a {self.kind} scope needs an id")
-        return self
 
 
 class InstallationStatus(StrEnum):
@@ -108,6 +85,11 @@ class Installation(BaseModel):
     @property
     def is_live(self) -> bool:
         return self.status is not InstallationStatus.REMOVED
+
+    @property
+    def holds_slot(self) -> bool:
+        """Counts towards the workspace's and its task's installation limits (archived and removed ones do not)."""
+        return self.status not in (InstallationStatus.REMOVED, InstallationStatus.ARCHIVED)
 
     def same_content(self, other: Installation) -> bool:
         """Equal in everything a plan fixes, including which operation wrote it (an exact replay of a commit)."""

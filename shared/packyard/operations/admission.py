@@ -9,51 +9,21 @@ a fresh read. A replay of a known key costs that one read.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard import clock
-from packyard.config import limits
-from packyard.errors import (
-    ClaimLost,
-    IdempotencyKeyReused,
-    InvalidRequest,
-    LimitExceeded,
-    NotFound,
-    PlanChanged,
-    ReleaseUnavailable,
-    StaleAuthority,
-    TransientStoreError,
-    VersionConflict,
-    VersionRequired,
-)
-from packyard.installations.models import (
-    Installation,
-    ReleaseRef,
-    ScopeKind,
-    check_installation_id,
-    check_workspace_id,
-    plan_digest,
-)
+from packyard.authority import Principal
+from packyard.errors import ClaimLost, IdempotencyKeyReused, TransientStoreError
+from packyard.installations.models import check_installation_id, check_workspace_id
+from packyard.installations.scopes import ScopeKind
 from packyard.observability import logger, metrics, tracer
 from packyard.operations import supersede, workflow
-from packyard.operations.models import (
-    Action,
-    ChangeRequest,
-    InstallRequest,
-    Intent,
-    Operation,
-    OperationKind,
-    OperationState,
-    Outcome,
-    Slot,
-)
-from packyard.operations.planning import compute_plan
+from packyard.operations.drafting import OperationRequest, check_limits, check_preview, check_version, draft_operation
+from packyard.operations.models import Action, InstallRequest, Operation, OperationState, Slot, Supersession
 from packyard.operations.preconditions import check_idempotency_key, digest, operation_id_for, parse_if_match
 from packyard.operations.timing import lease_until, retained_until
-from packyard.publishing.models import Release, ReleaseStatus
-from packyard.store import catalog, workspace
+from packyard.store import catalog, workflows, workspace
 from packyard.store.workspace import AdmissionView
 
 ADMISSION_ATTEMPTS = 4
@@ -61,16 +31,17 @@ ADMISSION_ATTEMPTS = 4
 
 @tracer.capture_method(capture_response=False)
 def admit(
-    tenant: str,
+    principal: Principal,
     workspace_id: str,
     installation_id: str,
     action: Action,
-    body: InstallRequest | ChangeRequest,
+    body: OperationRequest,
     *,
     idempotency_key: str | None,
     if_match: str | None,
 ) -> Operation:
     """The operation for this key: newly admitted (and its workflow started), or the one the key already names."""
+    tenant = principal.tenant
     check_workspace_id(workspace_id)
     check_installation_id(installation_id)
     key = check_idempotency_key(idempotency_key)
@@ -93,31 +64,12 @@ def admit(
         if view.operation is not None:
             return _replay(view.operation, request_digest)
         now = clock.now()
-        op = draft_operation(tenant, workspace_id, installation_id, operation_id, action, body, request, now, view)
+        op = draft_operation(principal, workspace_id, installation_id, operation_id, action, body, request, now, view)
         op = op.model_copy(update={"request_digest": request_digest})
-        _check_version(view.installation, expected_version, op)
-        if op.state is OperationState.SETTLED:
-            # nothing to change (uninstall of what is not installed): settled here, but still one per key
-            blocked = supersede.blocker(view.slot, op, now)
-            if blocked is not None:
-                raise blocked
-            conflict = workspace.admit(
-                op,
-                observed_slot=None,
-                claimed_slot=None,
-                baseline_version=None,
-                superseding=None,
-                now=now,
-                retain_until=retained_until(now),
-            )
-            if conflict is None:
-                logger.info("operation settled at admission", extra={"note": op.note})
-                return op
-            if conflict.existing_operation is not None:
-                return _replay(conflict.existing_operation, request_digest)
-            continue
-        _check_limits(view, op)
-        _check_preview(body, op)
+        check_version(view.installation, expected_version, op)
+        if op.state is not OperationState.SETTLED:
+            check_limits(view, op)
+            check_preview(body, op)
         superseding = supersede.supersession(view.slot, op, view.installation, now)
         if superseding is None:
             blocked = supersede.blocker(view.slot, op, now)
@@ -125,15 +77,23 @@ def admit(
                 raise blocked
         else:
             op = op.model_copy(update={"supersedes": superseding.operation_id})
+        settled_here = op.state is OperationState.SETTLED
         conflict = workspace.admit(
             op,
             observed_slot=view.slot,
-            claimed_slot=_claimed_slot(view.slot, op),
+            claimed_slot=_freed_slot(view.slot, superseding, now) if settled_here else _claimed_slot(view.slot, op),
             baseline_version=view.installation.version if view.installation else None,
             superseding=superseding,
             now=now,
+            retain_until=retained_until(now) if settled_here else None,
         )
         if conflict is None:
+            if superseding is not None and view.consent is not None:
+                _end_consent_wait(view.consent.task_token, superseding.operation_id, op.operation_id)
+            if settled_here:
+                # nothing to change (uninstall of what is not installed): settled here, but still one per key
+                logger.info("operation settled at admission", extra={"note": op.note, "supersedes": op.supersedes})
+                return op
             metrics.add_metric(name="OperationsAdmitted", unit=MetricUnit.Count, value=1)
             logger.info("operation admitted", extra={"kind": str(op.kind), "supersedes": op.supersedes})
             workflow.start(op)
@@ -142,6 +102,24 @@ def admit(
             return _replay(conflict.existing_operation, request_digest)
         # the slot or the installation moved between our read and our write: decide again on fresh state
     raise TransientStoreError("admission kept racing with other operations; retry with the same Idempotency-Key")
+
+
+def _end_consent_wait(task_token: str, superseded: str, by: str) -> None:
+    """A superseded operation that waited for consent: its workflow's wait is failed now rather than left to time
+    out (best effort; the token is already no longer honoured: its wait record is gone)."""
+    workflows.send_task_failure(task_token, "ConsentSuperseded", f"operation {superseded} was superseded by {by}")
+
+
+def _freed_slot(observed: Slot | None, superseding: Supersession | None, now: int) -> Slot | None:
+    """An operation settled at admission takes no slot; if it superseded the holder, the slot is freed with the
+    holder recorded as the last settled operation."""
+    if superseding is None or observed is None:
+        return None
+    return Slot(
+        claim=observed.claim + 1,
+        lastSettled=superseding.operation_id,
+        lastSettledAt=now,
+    )
 
 
 def _claimed_slot(observed: Slot | None, op: Operation) -> Slot:
@@ -166,12 +144,18 @@ def read_view(
     release_key: tuple[str, str] | None,
     task_id: str | None,
 ) -> AdmissionView:
-    """What admission (or preview) decides on. A rollback's target release is known only once the installation is
-    read, so it costs a second read."""
+    """What admission (or preview) decides on. The release of a rollback (the previous one), a restore or a promote
+    (the current one) is known only once the installation is read, so it costs a second read."""
     view = workspace.read_for_admission(tenant, workspace_id, installation_id, operation_id, release_key, task_id)
-    previous = view.installation.previous if view.installation is not None else None
-    if action is Action.ROLLBACK and view.operation is None and previous is not None:
-        view = replace(view, release=catalog.find_release(tenant, previous.package, previous.version))
+    if view.operation is not None or view.installation is None:
+        return view
+    wanted = {
+        Action.ROLLBACK: view.installation.previous,
+        Action.RESTORE: view.installation.release,
+        Action.PROMOTE: view.installation.release,
+    }.get(action)
+    if wanted is not None:
+        view = replace(view, release=catalog.find_release(tenant, wanted.package, wanted.version))
     return view
 
 
@@ -215,146 +199,3 @@ def resume(op: Operation) -> Operation:
     logger.info("operation resumed", extra={"phase": str(resumed_state), "attempt": resumed.attempt})
     workflow.start(resumed)
     return resumed
-
-
-def draft_operation(
-    tenant: str,
-    workspace_id: str,
-    installation_id: str,
-    operation_id: str,
-    action: Action,
-    body: InstallRequest | ChangeRequest,
-    request: dict[str, Any],
-    now: int,
-    view: AdmissionView,
-) -> Operation:
-    """The operation a request would be, decided on ``view`` (pure: no I/O)."""
-    current = view.installation
-    live = current is not None and current.is_live
-    note = None
-    target: ReleaseRef | None = None
-    permissions: list[dict[str, Any]] = []
-    state = OperationState.ADMITTED
-    outcome = None
-    if action is Action.PUT:
-        if not isinstance(body, InstallRequest):
-            raise InvalidRequest("an install or update needs a body with package and version")
-        release = usable_release(view.release, body.package, body.version)
-        target, permissions = _ref(release), release.permissions
-        if live and body.intent is Intent.CREATE_ONLY:
-            raise StaleAuthority(f"installation {installation_id} already exists (intent create-only)")
-        if live and current is not None and current.package != body.package:
-            raise InvalidRequest(f"installation {installation_id} holds package {current.package}, not {body.package}")
-        if not live:
-            kind = OperationKind.INSTALL
-        elif current is not None and current.release and current.release.manifest_digest == target.manifest_digest:
-            kind = OperationKind.REPAIR
-        else:
-            kind = OperationKind.UPDATE
-        intent, origin = body.intent, body.origin
-        intent_subject: dict[str, Any] = {
-            "package": body.package,
-            "version": body.version,
-            "scope": body.scope.model_dump(),
-        }
-    elif action is Action.DELETE:
-        kind, intent, origin = OperationKind.UNINSTALL, Intent.INSTALL_OR_SELECT, body.origin
-        intent_subject = {"uninstall": True}
-        if not live:
-            state, note = OperationState.SETTLED, "not_installed"
-            outcome = Outcome(result="succeeded", code="not_installed")
-    else:
-        kind, intent, origin = OperationKind.ROLLBACK, Intent.INSTALL_OR_SELECT, body.origin
-        if not live or current is None:
-            raise NotFound(f"installation {installation_id} not found in workspace {workspace_id}")
-        if current.previous is None:
-            raise ReleaseUnavailable(f"installation {installation_id} has no previous release to roll back to")
-        release = usable_release(view.release, current.previous.package, current.previous.version)
-        target, permissions = _ref(release), release.permissions
-        intent_subject = {"rollback": target.version}
-    return Operation(
-        tenant=tenant,
-        workspace=workspace_id,
-        operation_id=operation_id,
-        installation_id=installation_id,
-        action=action,
-        kind=kind,
-        state=state,
-        version=1,
-        request_digest="",
-        intent_digest=digest({"installationId": installation_id, **intent_subject}),
-        intent=intent,
-        origin=origin,
-        request=request,
-        baseline=current,
-        target=target,
-        target_permissions=permissions,
-        outcome=outcome,
-        note=note,
-        lease_until=lease_until(now),
-        created_at=now,
-        updated_at=now,
-        settled_at=now if state is OperationState.SETTLED else None,
-    )
-
-
-def usable_release(release: Release | None, package: str, version: str) -> Release:
-    if release is None:
-        raise ReleaseUnavailable(f"{package}@{version} is not published")
-    if release.status is not ReleaseStatus.PUBLISHED:
-        raise ReleaseUnavailable(f"{package}@{version} is {release.status}")
-    return release
-
-
-def _ref(release: Release) -> ReleaseRef:
-    return ReleaseRef(
-        package=release.package,
-        version=release.version,
-        manifest_digest=release.manifest_digest,
-        archive_sha256=release.archive_sha256,
-        archive_size=release.archive_size,
-    )
-
-
-def _check_version(current: Installation | None, expected: int | None, op: Operation) -> None:
-    """Changing an existing installation needs If-Match with its version."""
-    live = current is not None and current.is_live
-    if live and expected is None and op.state is not OperationState.SETTLED:
-        raise VersionRequired(
-            f"installation {op.installation_id} exists: send If-Match with its version",
-            actual=current.version if current else None,
-        )
-    if expected is not None:
-        actual = current.version if current else None
-        if actual != expected:
-            raise VersionConflict(
-                f"installation {op.installation_id} is at version {actual}, not {expected}",
-                expected=expected,
-                actual=actual,
-            )
-
-
-def _check_limits(view: AdmissionView, op: Operation) -> None:
-    if op.kind is not OperationKind.INSTALL:
-        return
-    bounds = limits()
-    if view.workspace_count >= bounds.max_installations_per_workspace:
-        raise LimitExceeded(
-            f"workspace {op.workspace} has {view.workspace_count} installations "
-            f"(limit {bounds.max_installations_per_workspace})",
-            limit=bounds.max_installations_per_workspace,
-        )
-    scope = InstallRequest.model_validate(op.request["body"]).scope
-    if scope.kind is ScopeKind.TASK and view.task_count >= bounds.max_installations_per_task:
-        raise LimitExceeded(
-            f"task {scope.id} has {view.task_count} installations (limit {bounds.max_installations_per_task})",
-            limit=bounds.max_installations_per_task,
-        )
-
-
-def _check_preview(body: InstallRequest | ChangeRequest, op: Operation) -> None:
-    if body.plan_digest is None:
-        return
-    plan = compute_plan(op, op.operation_id, op.created_at)
-    if plan_digest(plan) != body.plan_digest:
-        raise PlanChanged("the release or the installation changed since the preview", planDigest=plan_digest(plan))

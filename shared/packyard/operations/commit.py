@@ -11,7 +11,8 @@ from typing import Any
 from packyard import clock
 from packyard.config import limits
 from packyard.errors import ClaimLost, LimitExceeded, StaleAuthority
-from packyard.installations.models import Installation, ScopeKind
+from packyard.installations.models import Installation
+from packyard.installations.scopes import ScopeKind
 from packyard.observability import logger, tracer
 from packyard.operations.models import OperationState
 from packyard.operations.planning import load
@@ -31,6 +32,9 @@ def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_versi
         return {"version": op.version, "committed": True, "replay": True}
     if op.state is not OperationState.PLANNED or op.version != planned_version or op.plan is None:
         raise ClaimLost(f"operation {operation_id} is {op.state} v{op.version}, not planned v{planned_version}")
+    if op.consent is not None and op.consent.decision != "approve":
+        # a plan that asked consent commits only once approved, whatever called this task
+        raise ClaimLost(f"operation {operation_id} has no approval of its plan")
     plan = op.plan
     now = clock.now()
     committed = op.model_copy(
@@ -68,11 +72,12 @@ def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_versi
 
 
 def counter_changes(baseline: Installation | None, plan: Installation) -> list[CounterChange]:
-    """How the live-installation counters move when ``plan`` replaces ``baseline`` (pure)."""
+    """How the live-installation counters move when ``plan`` replaces ``baseline`` (pure). Archived and removed
+    installations hold no place under the limits."""
     bounds = limits()
-    base = baseline if baseline and baseline.is_live else None
+    base = baseline if baseline and baseline.holds_slot else None
     changes: list[CounterChange] = []
-    was_live, is_live = base is not None, plan.is_live
+    was_live, is_live = base is not None, plan.holds_slot
     if was_live != is_live:
         changes.append((None, 1 if is_live else -1, bounds.max_installations_per_workspace))
     old_task, new_task = _task_of(base), _task_of(plan if is_live else None)

@@ -1,15 +1,17 @@
-"""Operations: one per ``(tenant, workspace, Idempotency-Key)``, moving admitted → planned → committed → settled
-(or pending when deferred). Every transition is a conditional write fenced by the operation's own ``version``."""
+"""Operations: one per ``(tenant, workspace, Idempotency-Key)``, moving admitted → planned → (awaiting_consent →
+planned) → committed → settled, or pending when deferred. Every transition is a conditional write fenced by the
+operation's own ``version``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from packyard.installations.models import Installation, ReleaseRef, Scope
+from packyard.installations.models import Installation, ReleaseRef
+from packyard.installations.scopes import Scope
 
 
 class OperationKind(StrEnum):
@@ -18,6 +20,9 @@ class OperationKind(StrEnum):
     REPAIR = "repair"
     UNINSTALL = "uninstall"
     ROLLBACK = "rollback"
+    ARCHIVE = "archive"
+    RESTORE = "restore"
+    PROMOTE = "promote"
 
 
 class OperationState(StrEnum):
@@ -41,6 +46,9 @@ class Action(StrEnum):
     PUT = "put"
     DELETE = "delete"
     ROLLBACK = "rollback"
+    ARCHIVE = "archive"
+    RESTORE = "restore"
+    PROMOTE = "promote"
 
 
 class Outcome(BaseModel):
@@ -75,6 +83,41 @@ class ChangeRequest(BaseModel):
     plan_digest: str | None = Field(default=None, alias="planDigest", pattern=r"^[0-9a-f]{64}$")
 
 
+class PromoteRequest(BaseModel):
+    """Body of ``POST …/installations/{id}/promote``: the wider scope the installation moves to."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    scope: Scope
+    origin: Literal["owner", "workflow"] = "owner"
+    plan_digest: str | None = Field(default=None, alias="planDigest", pattern=r"^[0-9a-f]{64}$")
+
+
+Decision = Literal["approve", "reject"]
+
+
+class AskedPermission(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    resource: str = "*"
+
+
+class Consent(BaseModel):
+    """What an owner-origin operation asks approval for: the exact plan (by digest) and the permissions it adds;
+    then, once decided, who decided what and when."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    permissions: list[AskedPermission]
+    plan_digest: str = Field(alias="planDigest")
+    requested_at: int | None = Field(default=None, alias="requestedAt")
+    deadline: int | None = None
+    decision: Decision | None = None
+    decided_by: str | None = Field(default=None, alias="decidedBy")
+    decided_at: int | None = Field(default=None, alias="decidedAt")
+
+
 class Operation(BaseModel):
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
@@ -106,6 +149,8 @@ class Operation(BaseModel):
     settled_at: int | None = Field(default=None, alias="settledAt")
     superseded_by: str | None = Field(default=None, alias="supersededBy")
     supersedes: str | None = None
+    requested_by: str | None = Field(default=None, alias="requestedBy")
+    consent: Consent | None = None
 
     @property
     def in_flight(self) -> bool:
@@ -148,3 +193,5 @@ class Preview:
     plan: Installation | None
     plan_digest: str | None
     note: str | None = None
+    # permissions (kind, resource) the plan would ask an owner to approve
+    consent: list[tuple[str, str]] = field(default_factory=list)

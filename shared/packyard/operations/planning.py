@@ -10,11 +10,22 @@ import uuid
 from typing import Any
 
 from packyard import clock
+from packyard.config import limits
 from packyard.errors import ClaimLost, NeedsConsent, StaleAuthority
-from packyard.installations.grants import next_grants, widens
-from packyard.installations.models import Creation, Installation, InstallationStatus
+from packyard.installations.grants import PermissionKey, needing_consent, next_grants
+from packyard.installations.models import Creation, Installation, InstallationStatus, plan_digest
+from packyard.installations.scopes import Scope
 from packyard.observability import logger, tracer
-from packyard.operations.models import InstallRequest, Intent, Operation, OperationKind, OperationState
+from packyard.operations.models import (
+    AskedPermission,
+    Consent,
+    InstallRequest,
+    Intent,
+    Operation,
+    OperationKind,
+    OperationState,
+    PromoteRequest,
+)
 from packyard.operations.timing import lease_until
 from packyard.store import workspace
 
@@ -22,33 +33,39 @@ from packyard.store import workspace
 def compute_plan(op: Operation, operation_id: str, now: int) -> Installation:
     """The exact next installation: a pure function of the operation's baseline, target and request."""
     base = op.baseline
-    version = (base.version if base else 0) + 1
+    common: dict[str, Any] = {
+        "version": (base.version if base else 0) + 1,
+        "last_operation_id": operation_id,
+        "updated_at": now,
+    }
     if op.kind is OperationKind.UNINSTALL:
-        if base is None:
-            raise StaleAuthority(f"operation {operation_id}: nothing to uninstall")
+        base = _existing(base, op, operation_id)
         return base.model_copy(
             update={
-                "version": version,
+                **common,
                 "status": InstallationStatus.REMOVED,
                 "release": None,
                 "previous": base.release or base.previous,
-                "last_operation_id": operation_id,
-                "updated_at": now,
             }
         )
+    if op.kind is OperationKind.ARCHIVE:
+        # archived: off the installation limits, its release still referenced (restore brings it back as it was)
+        return _existing(base, op, operation_id).model_copy(update={**common, "status": InstallationStatus.ARCHIVED})
     if op.target is None:
         raise StaleAuthority(f"operation {operation_id} has no target release")
+    scope = _scope_of(op, base)
     current_grants = base.grants if base and base.is_live else []
     if op.origin == "workflow":
-        widened = widens(current_grants, op.target_permissions)
-        if widened:
+        asked = needing_consent(current_grants, op.target_permissions, scope.kind)
+        if asked:
             raise NeedsConsent(
-                f"{op.target.package}@{op.target.version} needs permissions not yet granted: "
-                + ", ".join(f"{k}:{r}" for k, r in widened),
-                permissions=[{"kind": k, "resource": r} for k, r in widened],
+                f"{op.target.package}@{op.target.version} needs permissions not yet granted for a {scope.kind} "
+                "scope: " + ", ".join(f"{k}:{r}" for k, r in asked),
+                permissions=[{"kind": k, "resource": r} for k, r in asked],
             )
-    grants = next_grants(current_grants, op.target_permissions, op.origin)
-    grant_generation = (base.grant_generation if base else 0) + (0 if base and base.grants == grants else 1)
+    grants = next_grants(current_grants, op.target_permissions, op.origin, scope.kind)
+    changed = base is None or base.grants != grants or base.scope != scope
+    common.update(grants=grants, grant_generation=(base.grant_generation if base else 0) + (1 if changed else 0))
     if op.kind is OperationKind.INSTALL:
         body = InstallRequest.model_validate(op.request["body"])
         if base is None:
@@ -62,39 +79,50 @@ def compute_plan(op: Operation, operation_id: str, now: int) -> Installation:
             workspace=op.workspace,
             installation_id=op.installation_id,
             instance_id=instance_id,
-            version=version,
             status=InstallationStatus.ACTIVE,
             creation=creation,
             package=op.target.package,
             release=op.target,
             previous=base.previous if base else None,
-            scope=body.scope,
-            grants=grants,
-            grant_generation=grant_generation,
+            scope=scope,
             config=body.config,
-            last_operation_id=operation_id,
-            updated_at=now,
+            **common,
         )
-    if base is None:
-        raise StaleAuthority(f"operation {operation_id}: a {op.kind} needs an existing installation")
-    update: dict[str, Any] = {
-        "version": version,
-        "status": InstallationStatus.ACTIVE,
-        "release": op.target,
-        "grants": grants,
-        "grant_generation": grant_generation,
-        "last_operation_id": operation_id,
-        "updated_at": now,
-    }
+    base = _existing(base, op, operation_id)
+    update: dict[str, Any] = {**common, "status": InstallationStatus.ACTIVE, "release": op.target, "scope": scope}
     if op.kind is OperationKind.UPDATE:
-        body = InstallRequest.model_validate(op.request["body"])
-        update.update(previous=base.release, scope=body.scope, config=body.config)
+        update.update(previous=base.release, config=InstallRequest.model_validate(op.request["body"]).config)
+    elif op.kind is OperationKind.REPAIR:
+        update["config"] = InstallRequest.model_validate(op.request["body"]).config
     elif op.kind is OperationKind.ROLLBACK:
         update["previous"] = base.release
-    elif op.kind is OperationKind.REPAIR:
-        body = InstallRequest.model_validate(op.request["body"])
-        update.update(scope=body.scope, config=body.config)
     return base.model_copy(update=update)
+
+
+def consent_asked(op: Operation) -> list[PermissionKey]:
+    """What an owner-origin operation must have approved before it commits (a workflow-origin one was refused by
+    ``compute_plan`` already): permissions its plan adds, and grants it uses above their ceiling."""
+    if op.origin != "owner" or op.target is None or op.plan is None:
+        return []
+    base = op.baseline
+    current_grants = base.grants if base and base.is_live else []
+    return needing_consent(current_grants, op.target_permissions, op.plan.scope.kind)
+
+
+def _existing(base: Installation | None, op: Operation, operation_id: str) -> Installation:
+    if base is None:
+        raise StaleAuthority(f"operation {operation_id}: a {op.kind} needs an existing installation")
+    return base
+
+
+def _scope_of(op: Operation, base: Installation | None) -> Scope:
+    """Where the planned installation applies: the request's scope for install/update/repair and promote, else
+    where it applies today."""
+    if op.kind in (OperationKind.INSTALL, OperationKind.UPDATE, OperationKind.REPAIR):
+        return InstallRequest.model_validate(op.request["body"]).scope
+    if op.kind is OperationKind.PROMOTE:
+        return PromoteRequest.model_validate(op.request["body"]).scope
+    return _existing(base, op, op.operation_id).scope
 
 
 def _instance_id(op: Operation) -> str:
@@ -104,11 +132,12 @@ def _instance_id(op: Operation) -> str:
 
 @tracer.capture_method(capture_response=False)
 def plan_task(tenant: str, workspace_id: str, operation_id: str) -> dict[str, Any]:
-    """Record the plan once. A re-run returns the recorded plan; a different re-plan is stale authority."""
+    """Record the plan once (and, for an owner-origin plan that widens grants, what it asks consent for). A re-run
+    returns the recorded plan; a different re-plan is stale authority."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
     op = load(tenant, workspace_id, operation_id)
     if op.state in (OperationState.PLANNED, OperationState.COMMITTED) and op.plan is not None:
-        return {"version": op.version, "plan": op.plan.model_dump(by_alias=True, mode="json")}
+        return _planned_output(op)
     if op.state is not OperationState.ADMITTED:
         raise ClaimLost(f"operation {operation_id} is {op.state}, not admitted")
     now = clock.now()
@@ -124,9 +153,33 @@ def plan_task(tenant: str, workspace_id: str, operation_id: str) -> dict[str, An
             "updated_at": now,
         }
     )
+    asked = consent_asked(planned)
+    if asked:
+        planned = planned.model_copy(
+            update={
+                "consent": Consent(
+                    permissions=[AskedPermission(kind=k, resource=r) for k, r in asked],
+                    plan_digest=plan_digest(plan),
+                )
+            }
+        )
     workspace.transition(op, planned, slot_lease=planned.lease_until)
-    logger.info("operation planned", extra={"installationVersion": plan.version})
-    return {"version": planned.version, "plan": plan.model_dump(by_alias=True, mode="json")}
+    logger.info("operation planned", extra={"installationVersion": plan.version, "consentAsked": len(asked)})
+    return _planned_output(planned)
+
+
+def _planned_output(op: Operation) -> dict[str, Any]:
+    """What the Plan state hands on: the version the plan was recorded at, the plan, and whether the workflow must
+    wait for consent first (and for how long at most)."""
+    waits = op.consent is not None and op.consent.decision is None
+    output: dict[str, Any] = {
+        "version": op.version,
+        "plan": op.plan.model_dump(by_alias=True, mode="json") if op.plan else None,
+        "needsConsent": waits,
+    }
+    if waits:
+        output["consentWindowSeconds"] = limits().consent_window_seconds
+    return output
 
 
 def load(tenant: str, workspace_id: str, operation_id: str) -> Operation:

@@ -13,6 +13,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard import clock
 from packyard.errors import (
+    ConsentExpired,
+    ConsentRejected,
     LimitExceeded,
     NeedsConsent,
     NotFound,
@@ -29,7 +31,8 @@ from packyard.workflow_inputs import caught_error_message
 
 # errorType (the exception class name Step Functions reports) → definitive refusal
 REFUSALS: dict[str, type[PackyardError]] = {
-    cls.__name__: cls for cls in (NeedsConsent, StaleAuthority, LimitExceeded, ReleaseUnavailable, PlanChanged)
+    cls.__name__: cls
+    for cls in (NeedsConsent, StaleAuthority, LimitExceeded, ReleaseUnavailable, PlanChanged, ConsentRejected)
 }
 # errorTypes a later attempt may get past: the operation is deferred (pending), not settled
 TRANSIENT = ("TransientStoreError", "Lambda.", "States.Timeout", "States.HeartbeatTimeout")
@@ -57,19 +60,39 @@ def settle_task(
     error_type = str((error or {}).get("Error", ""))
     if error_type == "ClaimLost":
         return {"settled": False, "reason": "claim_lost"}
-    if error_type.startswith(TRANSIENT):
-        return _defer(op, error_type, now)
-    outcome = outcome_of(op, error_type, caught_error_message(error, limit=OUTCOME_DETAIL_LIMIT))
+    outcome = consent_outcome(op, error_type)
+    if outcome is None:
+        if error_type.startswith(TRANSIENT):
+            return _defer(op, error_type, now)
+        outcome = outcome_of(op, error_type, caught_error_message(error, limit=OUTCOME_DETAIL_LIMIT))
     settled = _settled(op, outcome, now)
     retire = _retiring(op, slot)
     confirm = (op.plan.version, op.operation_id) if outcome.result == "succeeded" and op.plan is not None else None
-    if not workspace.settle(op, settled, slot=slot, confirm_installation=confirm, retire=retire):
+    waiting = op.state is OperationState.AWAITING_CONSENT
+    if not workspace.settle(
+        op, settled, slot=slot, confirm_installation=confirm, retire=retire, drop_consent_wait=waiting
+    ):
         settled = _settled(op, NO_LONGER_PLANNED, now)
-        workspace.settle(op, settled, slot=slot, confirm_installation=None, retire=retire)
+        workspace.settle(op, settled, slot=slot, confirm_installation=None, retire=retire, drop_consent_wait=waiting)
     final = settled.outcome or outcome
     metrics.add_metric(name=f"Operations{final.result.title()}", unit=MetricUnit.Count, value=1)
     logger.info("operation settled", extra={"outcome": final.result, "code": final.code})
     return {"settled": True, "outcome": final.model_dump(exclude_none=True)}
+
+
+def consent_outcome(op: Operation, error_type: str) -> Outcome | None:
+    """How an operation that asked consent ends, whatever error reached Settle: rejected by its owner, or not
+    decided within the consent window (its wait timed out). None: consent does not decide this outcome."""
+    if op.consent is not None and op.consent.decision == "reject":
+        by = f" by {op.consent.decided_by}" if op.consent.decided_by else ""
+        return _refused(ConsentRejected, f"the plan was rejected{by}")
+    if op.state is OperationState.AWAITING_CONSENT and error_type == "States.Timeout":
+        return _refused(ConsentExpired, "no decision within the consent window")
+    return None
+
+
+def _refused(refusal: type[PackyardError], detail: str) -> Outcome:
+    return Outcome(result="refused", status=refusal.status, code=refusal.code, detail=detail)
 
 
 def outcome_of(op: Operation, error_type: str, error_message: str) -> Outcome:
@@ -110,11 +133,13 @@ def _retiring(op: Operation, slot: Slot | None) -> tuple[str, int] | None:
 def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:
     """Park the operation as pending (its slot says so, so another request may supersede it); a retry with the
     same key resumes it in the phase it stopped in."""
+    # a wait for consent resumes by planning again: the recorded plan asks consent again, with a new task token
+    phase = OperationState.PLANNED if op.state is OperationState.AWAITING_CONSENT else op.state
     deferred = op.model_copy(
         update={
             "state": OperationState.PENDING,
             "version": op.version + 1,
-            "phase": str(op.state),
+            "phase": str(phase),
             "error_code": error_type[:120],
             "updated_at": now,
         }

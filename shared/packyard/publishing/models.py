@@ -105,6 +105,7 @@ class Upload(BaseModel):
     execution_arn: str | None = Field(default=None, alias="executionArn")
     rejection: Rejection | None = None
     settled_at: int | None = Field(default=None, alias="settledAt")
+    created_by: str | None = Field(default=None, alias="createdBy")
 
     @property
     def is_verifying(self) -> bool:
@@ -142,6 +143,7 @@ class Release(BaseModel):
     upload_id: str = Field(alias="uploadId")
     published_at: int = Field(alias="publishedAt")
     yanked_at: int | None = Field(default=None, alias="yankedAt")
+    published_by: str | None = Field(default=None, alias="publishedBy")
 
     def receipt(self) -> dict[str, Any]:
         """What publishing proved: the stored bytes, re-read and hashed by the verifier, match these digests."""

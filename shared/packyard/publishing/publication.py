@@ -61,6 +61,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             permissions=[p.model_dump(mode="json", exclude_none=True) for p in manifest.permissions],
             upload_id=upload.upload_id,
             published_at=now,
+            published_by=upload.created_by,
         )
         new_blobs, known_blobs = _blob_records(upload)
         blocked = catalog.publish_release(

@@ -16,6 +16,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from pydantic import BaseModel, ConfigDict, Field
 
 from packyard import clock
+from packyard.authority import Principal
 from packyard.config import limits, required
 from packyard.errors import (
     ArchiveRejectCode,
@@ -69,8 +70,12 @@ def retained_until(settled_at: int) -> int:
 
 
 @tracer.capture_method(capture_response=False)
-def create_upload(tenant: str, package: str, version: str, request: CreateUploadRequest) -> CreatedUpload | Release:
-    """A new upload session, or the release itself when this exact content is already published (nothing to do)."""
+def create_upload(
+    principal: Principal, package: str, version: str, request: CreateUploadRequest
+) -> CreatedUpload | Release:
+    """A new upload session, or the release itself when this exact content is already published (nothing to do).
+    The session records its subject: the release's publisher."""
+    tenant = principal.tenant
     check_package_name(package)
     check_version(version)
     logger.append_keys(tenant=tenant, package=package, version=version)
@@ -111,6 +116,7 @@ def create_upload(tenant: str, package: str, version: str, request: CreateUpload
         reserved_bytes=len(manifest_bytes) + (declared.size if source is ArchiveSource.UPLOAD else 0),
         created_at=now,
         expires_at=now + bounds.upload_ttl_seconds,
+        created_by=principal.subject or None,
     )
     if upload.reserved_bytes > bounds.tenant_quota_bytes:
         # with no ledger yet, the store's condition would pass: a request larger than the whole quota never fits

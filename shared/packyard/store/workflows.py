@@ -1,4 +1,5 @@
-"""Step Functions: start executions whose name is the id of the thing they work on, so a repeat is harmless."""
+"""Step Functions: start executions whose name is the id of the thing they work on, so a repeat is harmless; and
+resume (or fail) an execution that waits on a task token."""
 
 from __future__ import annotations
 
@@ -25,3 +26,29 @@ def start(state_machine_arn: str, name: str, payload: dict[str, Any]) -> str:
             return execution_arn(state_machine_arn, name)
         raise translate(exc, "Step Functions") from exc
     return str(response["executionArn"])
+
+
+# a task token that no longer waits: the execution moved on, timed out or ended
+SPENT_TOKEN_CODES = frozenset({"InvalidToken", "TaskTimedOut", "TaskDoesNotExist"})
+
+
+def send_task_success(task_token: str, output: dict[str, Any]) -> bool:
+    """Resume the execution waiting on ``task_token``; False when nothing waits on it any more."""
+    try:
+        client("stepfunctions").send_task_success(taskToken=task_token, output=json.dumps(output, sort_keys=True))
+    except Exception as exc:
+        if error_code(exc) in SPENT_TOKEN_CODES:
+            return False
+        raise translate(exc, "Step Functions") from exc
+    return True
+
+
+def send_task_failure(task_token: str, error: str, cause: str) -> bool:
+    """Fail the task waiting on ``task_token`` with ``error`` (its Catch routes on it); False when nothing waits."""
+    try:
+        client("stepfunctions").send_task_failure(taskToken=task_token, error=error, cause=cause[:32768])
+    except Exception as exc:
+        if error_code(exc) in SPENT_TOKEN_CODES:
+            return False
+        raise translate(exc, "Step Functions") from exc
+    return True

@@ -4,6 +4,8 @@
     installation   pk TENANT#<t>#WS#<ws>   sk INST#<installationId>
     slot           pk TENANT#<t>#WS#<ws>   sk SLOT#<installationId>     (one in-flight operation per installation)
     counters       pk TENANT#<t>#WS#<ws>   sk COUNT#WORKSPACE | COUNT#TASK#<taskId>   (live installations)
+    consent wait   pk TENANT#<t>#WS#<ws>   sk CONSENT#<installationId>  (an operation awaiting approval; task token)
+    approval       pk TENANT#<t>#WS#<ws>   sk APPROVAL#<approvalId>     (one decision per Idempotency-Key)
 
 Every operation write is conditional on the operation's own ``version`` (and state): a stale worker's write fails
 and it learns ClaimLost. The slot carries a ``claim`` counter so taking it over is a compare-and-set.
@@ -16,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from packyard.consent.models import ConsentWait
 from packyard.errors import ClaimLost
 from packyard.installations.models import Installation
 from packyard.operations.models import Operation, OperationState, Slot, Supersession
@@ -41,6 +44,14 @@ def slot_key(tenant: str, workspace: str, installation_id: str) -> tuple[str, st
     return workspace_pk(tenant, workspace), f"SLOT#{installation_id}"
 
 
+def consent_key(tenant: str, workspace: str, installation_id: str) -> tuple[str, str]:
+    return workspace_pk(tenant, workspace), f"CONSENT#{installation_id}"
+
+
+def approval_key(tenant: str, workspace: str, approval_id: str) -> tuple[str, str]:
+    return workspace_pk(tenant, workspace), f"APPROVAL#{approval_id}"
+
+
 def counter_key(tenant: str, workspace: str, task_id: str | None = None) -> tuple[str, str]:
     return workspace_pk(tenant, workspace), f"COUNT#TASK#{task_id}" if task_id else "COUNT#WORKSPACE"
 
@@ -55,6 +66,7 @@ class AdmissionView:
     workspace_count: int
     task_count: int
     release: Release | None
+    consent: ConsentWait | None = None
 
 
 def read_for_admission(
@@ -70,6 +82,7 @@ def read_for_admission(
         "installation": installation_key(tenant, workspace, installation_id),
         "slot": slot_key(tenant, workspace, installation_id),
         "workspace_count": counter_key(tenant, workspace),
+        "consent": consent_key(tenant, workspace, installation_id),
     }
     if task_id:
         keys["task_count"] = counter_key(tenant, workspace, task_id)
@@ -84,7 +97,13 @@ def read_for_admission(
         raw = item(name)
         return from_item(Counter, raw).n if raw else 0
 
-    op, inst, slot, rel = item("operation"), item("installation"), item("slot"), item("release")
+    op, inst, slot, rel, wait = (
+        item("operation"),
+        item("installation"),
+        item("slot"),
+        item("release"),
+        item("consent"),
+    )
     return AdmissionView(
         operation=from_item(Operation, op) if op else None,
         installation=from_item(Installation, inst) if inst else None,
@@ -92,6 +111,7 @@ def read_for_admission(
         workspace_count=count("workspace_count"),
         task_count=count("task_count"),
         release=from_item(Release, rel) if rel else None,
+        consent=from_item(ConsentWait, wait) if wait else None,
     )
 
 
@@ -135,7 +155,7 @@ def list_installations(
 # ---- transaction items ---------------------------------------------------------------------------------------------
 
 
-def _put_operation(
+def operation_put(
     op: Operation, *, new: bool, expected_version: int | None = None, retain_until: int | None = None
 ) -> dict[str, Any]:
     pk, sk = operation_key(op.tenant, op.workspace, op.operation_id)
@@ -255,12 +275,15 @@ def admit(
     """Record the operation and claim the slot (superseding its holder if given), in one transaction, conditional
     on the installation still being at the baseline version. ``claimed_slot`` None: the operation takes no slot
     (it was settled at admission, and ``retain_until`` starts its retention clock)."""
-    items = [_put_operation(op, new=True, retain_until=retain_until)]
+    items = [operation_put(op, new=True, retain_until=retain_until)]
     if claimed_slot is not None:
         items.append(_claim_slot(op, observed_slot, claimed_slot))
         items.append(_installation_is(op.tenant, op.workspace, op.installation_id, baseline_version))
         if superseding is not None:
             items.append(_supersede(op, superseding, now))
+            # a superseded operation's consent wait (if any) goes with it: its token is no longer honoured
+            cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
+            items.append({"Delete": {"TableName": table_name(), "Key": key(cpk, csk)}})
     try:
         transact(items)
     except TransactionCancelled as cancelled:
@@ -278,9 +301,9 @@ def transition(
 ) -> Operation:
     """Write ``updated`` over ``op``, fenced by op.version. With ``slot_lease`` (and ``slot_pending``) the slot is
     updated in the same transaction, fenced by this operation still holding it."""
-    items = [_put_operation(updated, new=False, expected_version=op.version)]
+    items = [operation_put(updated, new=False, expected_version=op.version)]
     if slot_lease is not None:
-        items.append(_renew_slot(op, slot_lease, slot_pending))
+        items.append(slot_renewal(op, slot_lease, slot_pending))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
@@ -288,7 +311,7 @@ def transition(
     return updated
 
 
-def _renew_slot(op: Operation, lease_until: int, pending: bool | None) -> dict[str, Any]:
+def slot_renewal(op: Operation, lease_until: int, pending: bool | None) -> dict[str, Any]:
     if pending is None:
         return _held_slot(op, "SET leaseUntil = :lease", {":lease": lease_until})
     return _held_slot(op, "SET pending = :pending, leaseUntil = :lease", {":pending": pending, ":lease": lease_until})
@@ -322,8 +345,8 @@ def commit(
         put_installation["ExpressionAttributeValues"] = marshal({":v": baseline_version})
     items: list[dict[str, Any]] = [
         {"Put": put_installation},
-        _put_operation(committed, new=False, expected_version=op.version),
-        _renew_slot(op, lease_until, None),
+        operation_put(committed, new=False, expected_version=op.version),
+        slot_renewal(op, lease_until, None),
     ]
     items.extend(_count(plan.tenant, plan.workspace, task, delta, limit) for task, delta, limit in counts)
     try:
@@ -345,12 +368,13 @@ def settle(
     slot: Slot | None,
     confirm_installation: tuple[int, str] | None,
     retire: tuple[str, int] | None,
+    drop_consent_wait: bool = False,
 ) -> bool:
     """Write the terminal outcome and free the slot; with ``confirm_installation`` (version, operation id) only if
     the committed row still is what this operation planned. ``retire`` (operation id, retain until) starts the
     retention clock of the installation's previously settled operation. Returns False if the installation check
     failed (nothing written)."""
-    items = [_put_operation(settled, new=False, expected_version=op.version)]
+    items = [operation_put(settled, new=False, expected_version=op.version)]
     holds_slot = slot is not None and slot.operation_id == op.operation_id
     if holds_slot:
         items.append(
@@ -374,6 +398,18 @@ def settle(
                     }
                 }
             )
+    if drop_consent_wait:
+        cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
+        items.append(
+            {
+                "Delete": {
+                    "TableName": table_name(),
+                    "Key": key(cpk, csk),
+                    "ConditionExpression": "attribute_not_exists(pk) OR operationId = :op",
+                    "ExpressionAttributeValues": marshal({":op": op.operation_id}),
+                }
+            }
+        )
     if confirm_installation is not None:
         version, operation_id = confirm_installation
         pk, sk = installation_key(op.tenant, op.workspace, op.installation_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from packyard import clock
 from packyard.config import limits
+from packyard.consent.models import ConsentWait
 from packyard.errors import NotFound
 from packyard.installations.models import (
     Installation,
@@ -12,7 +13,7 @@ from packyard.installations.models import (
     check_workspace_id,
 )
 from packyard.operations.models import Operation
-from packyard.store import blobs, workspace
+from packyard.store import blobs, consent, workspace
 from packyard.workspaces.models import Resolved, ResolvedEntry
 
 MAX_PAGE = 100
@@ -25,13 +26,14 @@ def list_installations(
     return workspace.list_installations(tenant, workspace_id, limit=min(limit, MAX_PAGE), cursor=cursor)
 
 
-def get_installation(tenant: str, workspace_id: str, installation_id: str) -> Installation:
+def get_installation(tenant: str, workspace_id: str, installation_id: str) -> tuple[Installation, ConsentWait | None]:
+    """The installation, and the operation of it waiting for consent if one does (one read)."""
     check_workspace_id(workspace_id)
     check_installation_id(installation_id)
-    found = workspace.get_installation(tenant, workspace_id, installation_id)
+    found, waiting = consent.read_installation(tenant, workspace_id, installation_id)
     if found is None:
         raise NotFound(f"installation {installation_id} not found in workspace {workspace_id}")
-    return found
+    return found, waiting
 
 
 def get_operation(tenant: str, workspace_id: str, operation_id: str) -> Operation:

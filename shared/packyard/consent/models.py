@@ -1,0 +1,43 @@
+"""Consent records: what waits for an owner's decision (with the task token that resumes its workflow, kept
+server-side only), and each decision taken (an approval, keyed by its Idempotency-Key)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from packyard.operations.models import AskedPermission, Decision
+
+
+class ConsentWait(BaseModel):
+    """``CONSENT#<installationId>``: the installation's operation waiting for approval. At most one per
+    installation (one operation in flight). ``task_token`` never leaves the service."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    operation_id: str = Field(alias="operationId")
+    installation_id: str = Field(alias="installationId")
+    task_token: str = Field(alias="taskToken", repr=False)
+    plan_digest: str = Field(alias="planDigest")
+    package: str
+    version: str
+    permissions: list[AskedPermission]
+    requested_by: str | None = Field(default=None, alias="requestedBy")
+    since: int
+    deadline: int
+
+
+class Approval(BaseModel):
+    """``APPROVAL#<approvalId>``: one decision on one waiting operation, recorded once per Idempotency-Key."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    approval_id: str = Field(alias="approvalId")
+    operation_id: str = Field(alias="operationId")
+    installation_id: str = Field(alias="installationId")
+    decision: Decision
+    plan_digest: str = Field(alias="planDigest")
+    request_digest: str = Field(alias="requestDigest")
+    decided_by: str = Field(alias="decidedBy")
+    decided_at: int = Field(alias="decidedAt")
+    operation_version: int = Field(alias="operationVersion", description="the operation's version after the decision")
+    task_token: str = Field(alias="taskToken", repr=False)
