@@ -12,4 +12,5 @@ from packyard.workflow_inputs import OperationTask, parse
 @lambda_entry(OPERATION_CORRELATION, settings=("table_name",))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     task = parse(OperationTask, event)
-    return planning.plan_task(task.tenant, task.workspace, task.operation_id)
+    release = (task.release.package, task.release.version) if task.release else None
+    return planning.plan_task(task.tenant, task.workspace, task.operation_id, release)

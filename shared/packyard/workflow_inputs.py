@@ -35,6 +35,13 @@ class UploadTask(BaseModel):
     error: dict[str, Any] | None = None
 
 
+class ReleaseKey(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    package: str = Field(min_length=1, max_length=64)
+    version: str = Field(min_length=1, max_length=128)
+
+
 class OperationTask(BaseModel):
     """What the install state machine carries (earlier states add their results, e.g. ``plan``, ``error``)."""
 
@@ -44,6 +51,7 @@ class OperationTask(BaseModel):
     workspace: str = Field(min_length=1)
     installation_id: str = Field(alias="installationId", min_length=1)
     operation_id: str = Field(alias="operationId", min_length=1)
+    release: ReleaseKey | None = Field(default=None, description="a target release planning still has to check")
     error: dict[str, Any] | None = None
 
 

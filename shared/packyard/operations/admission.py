@@ -22,6 +22,7 @@ from packyard.operations import supersede, workflow
 from packyard.operations.drafting import OperationRequest, check_limits, check_preview, check_version, draft_operation
 from packyard.operations.models import Action, InstallRequest, Operation, OperationState, Slot, Supersession
 from packyard.operations.preconditions import check_idempotency_key, digest, operation_id_for, parse_if_match
+from packyard.operations.targets import checked_target
 from packyard.operations.timing import lease_until, retained_until
 from packyard.store import catalog, workflows, workspace
 from packyard.store.workspace import AdmissionView
@@ -66,6 +67,9 @@ def admit(
         now = clock.now()
         op = draft_operation(principal, workspace_id, installation_id, operation_id, action, body, request, now, view)
         op = op.model_copy(update={"request_digest": request_digest})
+        if body.plan_digest is not None and not op.target_checked and op.target is not None:
+            # "this plan or nothing" needs the plan now, so the release it would run is read now
+            op = checked_target(op, catalog.find_release(tenant, op.target.package, op.target.version))
         check_version(view.installation, expected_version, op)
         if op.state is not OperationState.SETTLED:
             check_limits(view, op)
@@ -143,11 +147,14 @@ def read_view(
     action: Action,
     release_key: tuple[str, str] | None,
     task_id: str | None,
+    *,
+    with_installed_release: bool = False,
 ) -> AdmissionView:
-    """What admission (or preview) decides on. The release of a rollback (the previous one), a restore or a promote
-    (the current one) is known only once the installation is read, so it costs a second read."""
+    """What admission (or preview) decides on, in one read. The release of a rollback (the previous one), a restore
+    or a promote (the current one) is known only once the installation is read: a preview reads it at once
+    (``with_installed_release``); admission leaves it to the planning task, which reads it beside the operation."""
     view = workspace.read_for_admission(tenant, workspace_id, installation_id, operation_id, release_key, task_id)
-    if view.operation is not None or view.installation is None:
+    if not with_installed_release or view.operation is not None or view.installation is None:
         return view
     wanted = {
         Action.ROLLBACK: view.installation.previous,

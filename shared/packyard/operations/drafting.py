@@ -36,8 +36,8 @@ from packyard.operations.models import (
 )
 from packyard.operations.planning import compute_plan
 from packyard.operations.preconditions import digest
+from packyard.operations.targets import release_ref, usable_release
 from packyard.operations.timing import lease_until
-from packyard.publishing.models import Release, ReleaseStatus
 from packyard.store.workspace import AdmissionView
 
 OperationRequest = InstallRequest | ChangeRequest | PromoteRequest
@@ -59,6 +59,7 @@ def draft_operation(
     live = current is not None and current.is_live
     note: str | None = None
     target: ReleaseRef | None = None
+    target_checked = True
     permissions: list[dict[str, Any]] = []
     state, outcome = OperationState.ADMITTED, None
     intent = Intent.INSTALL_OR_SELECT
@@ -87,22 +88,22 @@ def draft_operation(
     else:
         existing = _live(current, installation_id, workspace_id)
         kind = OperationKind(action.value)
-        if action is Action.ROLLBACK:
-            if existing.previous is None:
-                raise ReleaseUnavailable(f"installation {installation_id} has no previous release to roll back to")
-            release = usable_release(view.release, existing.previous.package, existing.previous.version)
-        elif action is Action.ARCHIVE:
+        if action is Action.ARCHIVE:
             _require_status(existing, InstallationStatus.ACTIVE, action)
-            release = None
         else:
-            _require_status(
-                existing, InstallationStatus.ARCHIVED if action is Action.RESTORE else InstallationStatus.ACTIVE, action
-            )
-            if existing.release is None:
-                raise ReleaseUnavailable(f"installation {installation_id} has no release")
-            release = usable_release(view.release, existing.release.package, existing.release.version)
-        if release is not None:
-            target, permissions = release_ref(release), release.permissions
+            if action is not Action.ROLLBACK:
+                _require_status(
+                    existing,
+                    InstallationStatus.ARCHIVED if action is Action.RESTORE else InstallationStatus.ACTIVE,
+                    action,
+                )
+            target = target_of(existing, action)
+            if view.release is not None:
+                # read already (a preview): check it now; admission leaves it to planning (its read is free there)
+                release = usable_release(view.release, target.package, target.version)
+                target, permissions = release_ref(release), release.permissions
+            else:
+                target_checked = False
         intent_subject = {str(action): target.version if target else True}
         if isinstance(body, PromoteRequest):
             if not is_wider(body.scope.kind, existing.scope.kind):
@@ -125,6 +126,7 @@ def draft_operation(
         baseline=current,
         target=target,
         target_permissions=permissions,
+        target_checked=target_checked,
         outcome=outcome,
         note=note,
         lease_until=lease_until(now),
@@ -133,6 +135,15 @@ def draft_operation(
         settled_at=now if state is OperationState.SETTLED else None,
         requested_by=principal.subject or None,
     )
+
+
+def target_of(installation: Installation, action: Action) -> ReleaseRef:
+    """The release a rollback (the previous one), a restore or a promote (the current one) runs with."""
+    ref = installation.previous if action is Action.ROLLBACK else installation.release
+    if ref is None:
+        what = "a previous release to roll back to" if action is Action.ROLLBACK else "a release"
+        raise ReleaseUnavailable(f"installation {installation.installation_id} has no {what}")
+    return ref
 
 
 def _put_kind(live: Installation | None, target: ReleaseRef) -> OperationKind:
@@ -154,24 +165,6 @@ def _require_status(installation: Installation, status: InstallationStatus, acti
         raise StaleAuthority(
             f"installation {installation.installation_id} is {installation.status}: {action} needs it {status}"
         )
-
-
-def usable_release(release: Release | None, package: str, version: str) -> Release:
-    if release is None:
-        raise ReleaseUnavailable(f"{package}@{version} is not published")
-    if release.status is not ReleaseStatus.PUBLISHED:
-        raise ReleaseUnavailable(f"{package}@{version} is {release.status}")
-    return release
-
-
-def release_ref(release: Release) -> ReleaseRef:
-    return ReleaseRef(
-        package=release.package,
-        version=release.version,
-        manifest_digest=release.manifest_digest,
-        archive_sha256=release.archive_sha256,
-        archive_size=release.archive_size,
-    )
 
 
 def check_version(current: Installation | None, expected: int | None, op: Operation) -> None:

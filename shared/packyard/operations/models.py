@@ -137,6 +137,9 @@ class Operation(BaseModel):
     baseline: Installation | None = None
     target: ReleaseRef | None = None
     target_permissions: list[dict[str, Any]] = Field(default_factory=list, alias="targetPermissions")
+    # False: the target came from the installation (rollback/restore/promote) and planning still checks that the
+    # release is published and reads its permissions (one read it gets for free beside the operation's)
+    target_checked: bool = Field(default=True, alias="targetChecked")
     plan: Installation | None = None
     outcome: Outcome | None = None
     note: str | None = None

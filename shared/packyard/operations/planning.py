@@ -26,6 +26,7 @@ from packyard.operations.models import (
     OperationState,
     PromoteRequest,
 )
+from packyard.operations.targets import checked_target
 from packyard.operations.timing import lease_until
 from packyard.store import workspace
 
@@ -131,16 +132,22 @@ def _instance_id(op: Operation) -> str:
 
 
 @tracer.capture_method(capture_response=False)
-def plan_task(tenant: str, workspace_id: str, operation_id: str) -> dict[str, Any]:
+def plan_task(
+    tenant: str, workspace_id: str, operation_id: str, release: tuple[str, str] | None = None
+) -> dict[str, Any]:
     """Record the plan once (and, for an owner-origin plan that widens grants, what it asks consent for). A re-run
-    returns the recorded plan; a different re-plan is stale authority."""
+    returns the recorded plan; a different re-plan is stale authority. ``release``: the target of a rollback,
+    restore or promote, read here beside the operation and checked to be still published."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
-    op = load(tenant, workspace_id, operation_id)
+    op, target_release = workspace.read_operation_and_release(tenant, workspace_id, operation_id, release)
+    if op is None:
+        raise ClaimLost(f"operation {operation_id} does not exist")
     if op.state in (OperationState.PLANNED, OperationState.COMMITTED) and op.plan is not None:
         return _planned_output(op)
     if op.state is not OperationState.ADMITTED:
         raise ClaimLost(f"operation {operation_id} is {op.state}, not admitted")
     now = clock.now()
+    op = checked_target(op, target_release)
     plan = compute_plan(op, operation_id, now)
     if op.plan is not None and not op.plan.same_content(plan):
         raise StaleAuthority(f"operation {operation_id}: the re-computed plan differs from the recorded one")

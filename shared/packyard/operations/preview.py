@@ -31,7 +31,9 @@ def preview(
     elif action is not Action.PUT:
         body = ChangeRequest(origin=request.origin)
     release_key = (body.package, body.version) if isinstance(body, InstallRequest) else None
-    view = read_view(tenant, workspace_id, installation_id, PREVIEW_ID, action, release_key, None)
+    view = read_view(
+        tenant, workspace_id, installation_id, PREVIEW_ID, action, release_key, None, with_installed_release=True
+    )
     now = clock.now()
     request_record = {"body": body.model_dump(by_alias=True, mode="json", exclude_none=True)}
     op = draft_operation(principal, workspace_id, installation_id, PREVIEW_ID, action, body, request_record, now, view)

@@ -3,19 +3,21 @@ so starting twice is harmless and a finished execution of that name is not run a
 
 from __future__ import annotations
 
+from typing import Any
+
 from packyard.config import required
 from packyard.operations.models import Operation
 from packyard.store import workflows
 
 
 def start(op: Operation) -> None:
-    workflows.start(
-        required("install_state_machine_arn").install_state_machine_arn,
-        op.execution_name(),
-        {
-            "tenant": op.tenant,
-            "workspace": op.workspace,
-            "installationId": op.installation_id,
-            "operationId": op.operation_id,
-        },
-    )
+    payload: dict[str, Any] = {
+        "tenant": op.tenant,
+        "workspace": op.workspace,
+        "installationId": op.installation_id,
+        "operationId": op.operation_id,
+    }
+    if op.target is not None and not op.target_checked:
+        # planning reads this release beside the operation (one BatchGetItem) to check it is still published
+        payload["release"] = {"package": op.target.package, "version": op.target.version}
+    workflows.start(required("install_state_machine_arn").install_state_machine_arn, op.execution_name(), payload)

@@ -144,6 +144,19 @@ def read_operation_and_slot(
     )
 
 
+def read_operation_and_release(
+    tenant: str, workspace: str, operation_id: str, release: tuple[str, str] | None
+) -> tuple[Operation | None, Release | None]:
+    """The operation and (if named) a release of the tenant, in one strongly consistent read."""
+    okey = operation_key(tenant, workspace, operation_id)
+    rkey = catalog.release_key(tenant, *release) if release else None
+    found = dynamo.batch_get([okey] + ([rkey] if rkey else []))
+    return (
+        from_item(Operation, found[okey]) if okey in found else None,
+        from_item(Release, found[rkey]) if rkey and rkey in found else None,
+    )
+
+
 def list_installations(
     tenant: str, workspace: str, *, limit: int, cursor: str | None
 ) -> tuple[list[Installation], str | None]:
