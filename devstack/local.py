@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import json
 import logging
 import os
 import signal
@@ -102,6 +103,27 @@ def _reset_packyard_caches() -> None:
             reset()
 
 
+# the template's schedule runs every 5 minutes; locally a shorter interval shows sweeps at work
+SWEEP_EVERY = 60.0
+
+
+def _sweep_on_schedule(machine: str, aws_url: str, every: float, stop: threading.Event) -> None:
+    """What the EventBridge schedule does on AWS: start the maintenance state machine with a scheduled event."""
+    import boto3
+
+    sfn = boto3.client("stepfunctions", endpoint_url=aws_url)
+    while not stop.wait(every):
+        event = {
+            "detail-type": "Scheduled Event",
+            "source": "aws.events",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "resources": ["local:schedule/MaintenanceStateMachineSweep"],
+            "detail": {},
+        }
+        with contextlib.suppress(Exception):  # a missed tick is retried by the next one, as on AWS
+            sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))
+
+
 def start(
     sockets: Sockets,
     *,
@@ -111,6 +133,7 @@ def start(
     verbose: bool = False,
     retry_wait_scale: float = 1.0,
     log: Callable[[str], None] | None = None,
+    sweep_every: float = SWEEP_EVERY,
 ) -> LocalStack:
     """Start moto on ``sockets.aws``, create the stack, start the HTTP API on ``sockets.api``.
 
@@ -223,9 +246,19 @@ def start(
                 "audience": tokens.AUDIENCE,
                 "bucket": stack.bucket_name,
                 "table": stack.table_name,
+                "maintenanceStateMachine": stack.state_machine_arns.get("MaintenanceStateMachine"),
                 "startedAt": int(time.time()),
             },
         )
+        if sweep_every > 0 and "MaintenanceStateMachine" in stack.state_machine_arns:
+            stop_sweeping = threading.Event()
+            threading.Thread(
+                target=_sweep_on_schedule,
+                args=(stack.state_machine_arns["MaintenanceStateMachine"], aws_url, sweep_every, stop_sweeping),
+                name="packyard-schedule",
+                daemon=True,
+            ).start()
+            stoppers.append(stop_sweeping.set)
         pid = os.getpid()
         stoppers.append(lambda: tokens.clear_state(directory, pid))
     except BaseException:

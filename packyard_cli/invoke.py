@@ -59,6 +59,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
     "ConsentFunction": ("sfn_consent.json", "consent_planned"),
     "CommitFunction": ("sfn_commit.json", "planned"),
     "SettlementFunction": ("sfn_settle.json", "committed"),
+    "SweeperFunction": ("sfn_sweep.json", "uploaded"),
 }
 STAGES = ("releases", "uploaded", "verified", "admitted", "planned", "committed", "consent_planned", "consent")
 
@@ -255,6 +256,8 @@ def sample_events(made: dict[str, dict[str, Any]]) -> dict[str, Any]:
         "sfn_consent.json": operation_task(made["consent"]["operationId"], True, taskToken=TASK_TOKEN),
         "sfn_commit.json": operation_task(made["planned"]["operationId"], plan=made["planned"]["plan"]),
         "sfn_settle.json": operation_task(made["committed"]["operationId"]),
+        # one Map item of the maintenance state machine: the upload shards' first page, as if two hours later
+        "sfn_sweep.json": {"kind": "upload", "shard": 0, "time": "2026-11-30T14:00:00Z"},
     }
 
 

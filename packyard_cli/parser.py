@@ -41,6 +41,7 @@ from packyard_cli.commands.installations import (
     cmd_update,
 )
 from packyard_cli.commands.local import cmd_local, cmd_token
+from packyard_cli.commands.maintenance import cmd_sweep
 from packyard_cli.commands.publishing import cmd_build, cmd_publish, cmd_pull, cmd_releases, cmd_yank
 from packyard_cli.commands.setup import cmd_completion, cmd_init, cmd_profiles
 from packyard_cli.completion import SHELLS
@@ -284,10 +285,19 @@ def _local_commands(command: AddCommand) -> None:
         "--actor",
         choices=("owner", "workflow"),
         default="owner",
-        help="owner (a person: installs get what the release declares) or workflow (widening grants needs an "
-        "owner's consent); default: %(default)s",
+        help="owner (a person: may approve what a release asks) or workflow (an automation: may only keep or "
+        "narrow grants); default: %(default)s",
     )
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default: %(default)s)")
+
+    sweep = command(
+        "sweep", "run every maintenance sweep once on the local stack (the schedule does it on AWS)", cmd_sweep
+    )
+    sweep.add_argument(
+        "--at",
+        metavar="TIME",
+        help="sweep as if at TIME: +30m, +2h, +1d from now, or an RFC 3339 time (default: now)",
+    )
 
 
 def _publishing_commands(command: AddCommand) -> None:

@@ -37,6 +37,8 @@ class Limits(BaseModel):
     max_path_length: int = Field(default=512, gt=0)
     verify_time_limit_seconds: float = Field(default=600.0, gt=0)
     upload_ttl_seconds: int = Field(default=600, gt=0)
+    # a verifying session still holds its reservation this long; then a sweep looks at its execution
+    reservation_ttl_seconds: int = Field(default=1800, gt=0)
     download_url_ttl_seconds: int = Field(default=300, gt=0)
     operation_lease_seconds: int = Field(default=900, gt=0)
     max_installations_per_workspace: int = Field(default=100, gt=0)

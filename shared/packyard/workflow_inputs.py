@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -73,6 +74,24 @@ class ConsentTask(OperationTask):
     """The consent wait's payload: the operation, and the task token Step Functions resumes it with."""
 
     task_token: str = Field(alias="taskToken", min_length=1)
+
+
+class SweepTask(BaseModel):
+    """One page of one shard of a sweep (the maintenance state machine's Map item): ``time`` is the scheduled
+    event's time (RFC 3339), the sweep's "now"; ``cursor`` and ``counts`` come from the previous page."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    kind: Literal["upload", "operation"]
+    shard: int = Field(ge=0, lt=1024)
+    time: datetime
+    cursor: str | None = Field(default=None, max_length=4096)
+    counts: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def now(self) -> int:
+        moment = self.time if self.time.tzinfo else self.time.replace(tzinfo=UTC)
+        return int(moment.timestamp())
 
 
 def caught_error_message(error: dict[str, Any] | None, limit: int = 1000) -> str:

@@ -170,7 +170,8 @@ def complete_upload(tenant: str, upload_id: str) -> Upload:
             if staged is None:
                 raise UploadIncomplete(f"nothing uploaded for {upload_id} yet; PUT the archive to the upload URL")
         try:
-            upload = catalog.start_verifying(upload, arn)
+            check_by = clock.now() + limits().reservation_ttl_seconds
+            upload = catalog.start_verifying(upload, arn, check_by=check_by)
         except ClaimLost:
             upload = catalog.get_upload(tenant, upload_id)
     if upload.state is UploadState.VERIFYING:

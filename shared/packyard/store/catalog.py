@@ -19,7 +19,7 @@ from typing import Any
 
 from packyard.errors import ClaimLost, NotFound, QuotaExceeded, StoredItemInvalid
 from packyard.publishing.models import Package, Release, ReleaseStatus, Upload, UploadState
-from packyard.store import dynamo
+from packyard.store import due, dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import BlobRecord, UsageLedger
 
@@ -135,7 +135,8 @@ def _mark_published(upload: Upload, now: int, retain_until: int) -> dict[str, An
     """verifying → published (fenced): the reservation is settled by the caller's ledger item."""
     return _fenced_upload_update(
         upload,
-        f"SET #state = :published, reservedBytes = :zero, settledAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge",
+        f"SET #state = :published, reservedBytes = :zero, settledAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge "
+        f"REMOVE {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}",
         {":published": str(UploadState.PUBLISHED), ":zero": 0, ":now": now, ":purge": retain_until},
         {},
     )
@@ -151,7 +152,10 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> None:
         {
             "Put": {
                 "TableName": table_name(),
-                "Item": to_item(pk, sk, upload),
+                # in the due index until settled: a sweep expires it at its deadline if nobody completes it
+                "Item": to_item(
+                    pk, sk, upload, **due.attributes(due.DueKind.UPLOAD, upload.upload_id, upload.expires_at)
+                ),
                 "ConditionExpression": "attribute_not_exists(pk)",
             }
         }
@@ -185,13 +189,20 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> None:
         raise StoredItemInvalid(f"upload id {upload.upload_id} collided") from cancelled
 
 
-def start_verifying(upload: Upload, execution_arn: str) -> Upload:
-    """awaiting_upload → verifying, fenced by state and token. Returns the upload as stored afterwards."""
+def start_verifying(upload: Upload, execution_arn: str, *, check_by: int) -> Upload:
+    """awaiting_upload → verifying, fenced by state and token; due again at ``check_by`` (a sweep then looks at the
+    execution if the session is still verifying). Returns the upload as stored afterwards."""
+    due_at = due.attributes(due.DueKind.UPLOAD, upload.upload_id, check_by)
     item = _fenced_upload_update(
         upload,
-        "SET #state = :verifying, executionArn = :arn",
-        {":verifying": str(UploadState.VERIFYING), ":arn": execution_arn},
-        {},
+        "SET #state = :verifying, executionArn = :arn, #shard = :shard, #at = :at",
+        {
+            ":verifying": str(UploadState.VERIFYING),
+            ":arn": execution_arn,
+            ":shard": due_at[due.SHARD_ATTRIBUTE],
+            ":at": due_at[due.AT_ATTRIBUTE],
+        },
+        {"#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE},
     )
     try:
         transact([item])
@@ -209,6 +220,7 @@ def settle_upload_without_release(
     if rejection is not None:
         update += ", rejection = :rejection"
         values[":rejection"] = rejection
+    update += f" REMOVE {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}"
     items = [_fenced_upload_update(upload, update, values, {})]
     if upload.reserved_bytes:
         items.append(_usage_delta(upload.tenant, -upload.reserved_bytes))
@@ -333,3 +345,17 @@ def yank_release(tenant: str, package: str, version: str, now: int) -> Release:
     if updated is None:
         raise NotFound(f"release {package}@{version} not found")
     return from_item(Release, updated)
+
+
+def postpone_upload_check(upload: Upload, check_by: int) -> None:
+    """A verifying session whose execution still runs: look again at ``check_by`` (fenced by state and token)."""
+    due_at = due.attributes(due.DueKind.UPLOAD, upload.upload_id, check_by)
+    item = _fenced_upload_update(upload, "SET #at = :at", {":at": due_at[due.AT_ATTRIBUTE]}, {"#at": due.AT_ATTRIBUTE})
+    try:
+        transact([item])
+    except TransactionCancelled as cancelled:
+        raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
+
+
+def upload_from_due(item: dict[str, Any]) -> Upload:
+    return from_item(Upload, item)

@@ -21,6 +21,7 @@ from packyard.store.workspace import (
     approval_key,
     consent_key,
     installation_key,
+    operation_item,
     operation_key,
     operation_put,
     slot_renewal,
@@ -107,7 +108,6 @@ def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionCon
     exactly one decision wins) and the end of its consent wait, in one transaction."""
     apk, ask = approval_key(op.tenant, op.workspace, approval.approval_id)
     cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
-    opk, osk = operation_key(op.tenant, op.workspace, op.operation_id)
     items: list[dict[str, Any]] = [
         {
             "Put": {
@@ -120,7 +120,7 @@ def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionCon
         {
             "Put": {
                 "TableName": table_name(),
-                "Item": to_item(opk, osk, decided),
+                "Item": operation_item(decided),
                 "ConditionExpression": "version = :v AND #state = :waiting",
                 "ExpressionAttributeNames": {"#state": "state"},
                 "ExpressionAttributeValues": marshal(

@@ -190,5 +190,8 @@ def update(params: dict[str, Any]) -> dict[str, Any] | None:
     return dict(response["Attributes"])
 
 
-def _translate(exc: Exception) -> Exception:
+def translate_error(exc: Exception) -> Exception:
     return translate(exc, "DynamoDB")
+
+
+_translate = translate_error

@@ -52,3 +52,14 @@ def send_task_failure(task_token: str, error: str, cause: str) -> bool:
             return False
         raise translate(exc, "Step Functions") from exc
     return True
+
+
+def execution_status(execution: str) -> str | None:
+    """RUNNING, SUCCEEDED, FAILED, TIMED_OUT or ABORTED; None when no execution of that ARN was ever started."""
+    try:
+        response = client("stepfunctions").describe_execution(executionArn=execution)
+    except Exception as exc:
+        if error_code(exc) == "ExecutionDoesNotExist":
+            return None
+        raise translate(exc, "Step Functions") from exc
+    return str(response["status"])

@@ -23,9 +23,14 @@ from packyard.errors import ClaimLost
 from packyard.installations.models import Installation
 from packyard.operations.models import Operation, OperationState, Slot, Supersession
 from packyard.publishing.models import Release
-from packyard.store import catalog, dynamo
+from packyard.store import catalog, due, dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import Counter
+
+# operations in these states have a workflow that should settle them: they are due at their lease
+DUE_STATES = frozenset(
+    {OperationState.ADMITTED, OperationState.PLANNED, OperationState.AWAITING_CONSENT, OperationState.COMMITTED}
+)
 
 
 def workspace_pk(tenant: str, workspace: str) -> str:
@@ -168,14 +173,22 @@ def list_installations(
 # ---- transaction items ---------------------------------------------------------------------------------------------
 
 
-def operation_put(
-    op: Operation, *, new: bool, expected_version: int | None = None, retain_until: int | None = None
-) -> dict[str, Any]:
+def operation_item(op: Operation, retain_until: int | None = None) -> dict[str, Any]:
+    """The stored operation. A running one is in the due index at its lease, so a sweep finds it if its workflow
+    stops without settling it; a settled one may carry its retention deadline (TTL)."""
     pk, sk = operation_key(op.tenant, op.workspace, op.operation_id)
     extra: dict[str, Any] = {}
     if retain_until is not None:
         extra[dynamo.TTL_ATTRIBUTE] = retain_until
-    put: dict[str, Any] = {"TableName": table_name(), "Item": to_item(pk, sk, op, **extra)}
+    if op.state in DUE_STATES:
+        extra.update(due.attributes(due.DueKind.OPERATION, op.operation_id, op.lease_until))
+    return to_item(pk, sk, op, **extra)
+
+
+def operation_put(
+    op: Operation, *, new: bool, expected_version: int | None = None, retain_until: int | None = None
+) -> dict[str, Any]:
+    put: dict[str, Any] = {"TableName": table_name(), "Item": operation_item(op, retain_until)}
     if new:
         put["ConditionExpression"] = "attribute_not_exists(pk)"
         put["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
@@ -232,7 +245,8 @@ def _supersede(op: Operation, supersession: Supersession, now: int) -> dict[str,
             "TableName": table_name(),
             "Key": key(pk, sk),
             "UpdateExpression": "SET #state = :settled, outcome = :outcome, supersededBy = :by, settledAt = :now, "
-            f"updatedAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge ADD version :one",
+            f"updatedAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge ADD version :one "
+            f"REMOVE {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}",
             "ConditionExpression": "attribute_exists(pk) AND #state <> :settled",
             "ExpressionAttributeNames": {"#state": "state"},
             "ExpressionAttributeValues": marshal(
@@ -445,3 +459,7 @@ def settle(
             return False
         raise ClaimLost(f"operation {op.operation_id}: retention update raced") from cancelled
     return True
+
+
+def operation_from_due(item: dict[str, Any]) -> Operation:
+    return from_item(Operation, item)

@@ -1,0 +1,90 @@
+"""``packyard sweep``: run every maintenance sweep once on the local stack, now or "as if at" a time."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from packyard_cli.client import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from packyard_cli.commands.context import Context
+from packyard_cli.output import Column, dig
+
+RELATIVE = re.compile(r"\+(\d+)([smhd])", re.ASCII)
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+WAIT_SECONDS = 120
+SWEEP_COLUMNS = (
+    Column("sweep", dig("sweep"), key=True),
+    Column("action", dig("action"), key=True),
+    Column("items", dig("items")),
+)
+
+
+def sweep_time(text: str | None, now: float | None = None) -> datetime:
+    """``None`` (now), ``+2h`` / ``+30m`` / ``+1d`` (from now), or an RFC 3339 time."""
+    base = datetime.fromtimestamp(time.time() if now is None else now, UTC)
+    if not text:
+        return base
+    relative = RELATIVE.fullmatch(text)
+    if relative:
+        return datetime.fromtimestamp(base.timestamp() + int(relative[1]) * UNITS[relative[2]], UTC)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"--at {text!r} is neither +<n>s|m|h|d nor an RFC 3339 time", code="usage", exit_code=EXIT_USAGE
+        ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def cmd_sweep(ctx: Context, args: argparse.Namespace) -> int:
+    """Start the maintenance state machine once, as the schedule does, and print what each sweep did."""
+    from packyard_cli import tokens
+
+    state = tokens.read_state(getattr(args, "state_dir", None)) or {}
+    machine, aws = state.get("maintenanceStateMachine"), state.get("aws")
+    if not isinstance(machine, str) or not isinstance(aws, str):
+        raise CliError(
+            "no local stack with a maintenance state machine is running",
+            code="unavailable",
+            detail="start one with: make serve (or packyard local); on AWS the EventBridge schedule runs the sweeps",
+            exit_code=EXIT_UNAVAILABLE,
+        )
+    at = sweep_time(args.at)
+    import boto3
+
+    sfn = boto3.client(
+        "stepfunctions", endpoint_url=aws, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    event = {"detail-type": "Scheduled Event", "source": "packyard.cli", "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+    started = sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))
+    finished = _wait(sfn, started["executionArn"])
+    if finished["status"] != "SUCCEEDED":
+        raise CliError(f"the sweep {finished['status'].lower()}", code="unavailable", exit_code=EXIT_UNAVAILABLE)
+    totals = _totals(json.loads(finished.get("output") or "{}"))
+    ctx.note(f"swept as of {event['time']}")
+    rows = [{"sweep": kind, "action": action, "items": count} for (kind, action), count in sorted(totals.items())]
+    ctx.show({"time": event["time"], "items": rows}, columns=SWEEP_COLUMNS, empty="nothing was due")
+    return EXIT_OK
+
+
+def _wait(sfn: Any, execution: str) -> dict[str, Any]:
+    deadline = time.monotonic() + WAIT_SECONDS
+    while True:
+        described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
+        if described["status"] != "RUNNING" or time.monotonic() > deadline:
+            return described
+        time.sleep(0.2)
+
+
+def _totals(output: dict[str, Any]) -> dict[tuple[str, str], int]:
+    totals: dict[tuple[str, str], int] = {}
+    for page in output.get("swept", []):
+        for action, count in (page.get("counts") or {}).items():
+            if action != "not_due" and count:
+                key = (str(page.get("kind")), str(action))
+                totals[key] = totals.get(key, 0) + int(count)
+    return totals

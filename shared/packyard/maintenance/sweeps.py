@@ -1,0 +1,130 @@
+"""Sweeps over the due index: each reads one page of one shard of what is due at ``now`` and acts on each item with a
+fenced write, so a sweep is safe to run twice, concurrently, or after a crash anywhere (a re-run acts on what is
+still due). A failing action is logged and counted (an alarm watches the count); its item stays due and is retried
+by the next run.
+
+- **Upload sessions.** Awaiting upload past the deadline → ``expired``, reservation returned, staging objects
+  deleted. Verifying past the reservation window → its execution is looked up: still running → looked at again
+  later; ended (or never started) without settling → rejected (reservation returned, staging deleted).
+- **Operations** past their lease → the execution of their attempt is looked up (never guessed): running → left
+  alone (still working, or waiting for consent until its window ends); never started (admission died) → started;
+  ended without settling → settled as Settle would have: succeeded if its commit is in place, ``consent_expired`` if
+  it was waiting for consent, else ``unconfirmed``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from packyard.config import limits, required
+from packyard.errors import ClaimLost, PackyardError
+from packyard.observability import logger, metrics, tracer
+from packyard.operations import settlement, workflow
+from packyard.operations.models import Operation, OperationState
+from packyard.publishing import rejection
+from packyard.publishing.models import Upload, UploadState
+from packyard.publishing.uploads import retained_until
+from packyard.store import blobs, catalog, due, workflows, workspace
+from packyard.store.due import DueKind
+
+PAGE_SIZE = 50
+RUNNING = "RUNNING"
+
+
+@dataclass
+class SweepPage:
+    """What one page of one shard did, and where the next page starts (None: nothing more is due)."""
+
+    kind: DueKind
+    shard: int
+    cursor: str | None
+    counts: Counter[str] = field(default_factory=Counter)
+
+
+@tracer.capture_method(capture_response=False)
+def sweep(kind: DueKind, shard: int, now: int, cursor: str | None = None) -> SweepPage:
+    logger.append_keys(sweep=str(kind), shard=shard)
+    items, next_cursor = due.query(kind, shard, now, limit=PAGE_SIZE, cursor=cursor)
+    page = SweepPage(kind=kind, shard=shard, cursor=next_cursor)
+    act = _sweep_upload if kind is DueKind.UPLOAD else _sweep_operation
+    for item in items:
+        try:
+            page.counts[act(item, now)] += 1
+        except ClaimLost:
+            page.counts["raced"] += 1  # someone else moved it first: nothing left for us to do
+        except Exception:
+            logger.exception("sweep action failed", extra={"pk": item.get("pk", {}).get("S")})
+            page.counts["failed"] += 1
+    for outcome, count in page.counts.items():
+        metrics.add_metric(
+            name=f"Sweep{kind.title()}{outcome.title().replace('_', '')}", unit=MetricUnit.Count, value=count
+        )
+    if page.counts["failed"]:
+        metrics.add_metric(name="SweepActionsFailed", unit=MetricUnit.Count, value=page.counts["failed"])
+    logger.info("swept a page", extra={"due": len(items), "counts": dict(page.counts), "more": bool(next_cursor)})
+    return page
+
+
+def _sweep_upload(item: dict[str, Any], now: int) -> str:
+    upload = catalog.upload_from_due(item)
+    if upload.state is UploadState.AWAITING_UPLOAD:
+        if now < upload.expires_at:
+            return "not_due"
+        catalog.settle_upload_without_release(upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now))
+        _discard_staging(upload)
+        return "expired"
+    if upload.state is UploadState.VERIFYING:
+        status = workflows.execution_status(upload.execution_arn) if upload.execution_arn else None
+        if status == RUNNING:
+            catalog.postpone_upload_check(upload, now + limits().reservation_ttl_seconds)
+            return "still_verifying"
+        error = {"Error": "ExecutionEnded", "Cause": f"verification ended ({status or 'never started'}) unsettled"}
+        answer = rejection.reject(upload.tenant, upload.upload_id, upload.token, None, error)
+        return "rejected" if answer.get("rejected") else "raced"
+    return "not_due"
+
+
+def _discard_staging(upload: Upload) -> None:
+    try:
+        blobs.delete_prefix_objects(
+            [
+                blobs.staged_archive_key(upload.tenant, upload.upload_id, upload.token),
+                blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token),
+            ]
+        )
+    except PackyardError:
+        logger.warning(
+            "could not delete staged objects; the bucket's lifecycle rule will", extra={"uploadId": upload.upload_id}
+        )
+
+
+def _sweep_operation(item: dict[str, Any], now: int) -> str:
+    op = workspace.operation_from_due(item)
+    if op.state not in workspace.DUE_STATES or op.lease_until > now:
+        return "not_due"
+    status = workflows.execution_status(_execution_arn(op))
+    if status == RUNNING:
+        return "running"
+    if status is None:
+        # admission recorded it and died before starting its workflow: start it now (idempotent by name)
+        workflow.start(op)
+        return "started"
+    settlement.settle_task(op.tenant, op.workspace, op.installation_id, op.operation_id, _ended_with(op, status))
+    return "settled"
+
+
+def _ended_with(op: Operation, status: str) -> dict[str, Any] | None:
+    """What Settle is told about a workflow that ended without settling its operation."""
+    if op.state is OperationState.COMMITTED:
+        return None  # its change landed: settle confirms the installation is the plan (else outcome_unknown)
+    if op.state is OperationState.AWAITING_CONSENT:
+        return {"Error": "States.Timeout", "Cause": "no decision within the consent window"}
+    return {"Error": "ExecutionEnded", "Cause": f"the workflow ended ({status}) before settling it"}
+
+
+def _execution_arn(op: Operation) -> str:
+    return workflows.execution_arn(required("install_state_machine_arn").install_state_machine_arn, op.execution_name())

@@ -1,0 +1,188 @@
+"""Maintenance sweeps through the real maintenance state machine on moto (schedule input → Map over the due
+index's shards → one sweeper page at a time), with the sweep's "now" taken from the scheduled event's time."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+import pytest
+
+import devstack
+from devstack.caller import Caller
+from devstack.lambdas import LambdaContext, load_module
+from packyard import clock
+from packyard.operations import settlement
+from packyard.store import due, workflows
+from packyard_cli.build import build_from_files
+from tests.support.callers import used_bytes
+
+WS = "ws-sweep"
+EVENTS = devstack.ROOT / "events"
+HOUR = 3600
+
+
+def _sweep(stack, at: int) -> dict[str, Any]:
+    """Run the maintenance state machine as the schedule would, as if at ``at``; its description."""
+    event = json.loads((EVENTS / "schedule_sweep.json").read_text())
+    event["time"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    sfn = boto3.client("stepfunctions")
+    started = sfn.start_execution(
+        stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
+    )
+    finished = devstack.wait_for_execution(started["executionArn"], timeout=60)
+    assert finished["status"] == "SUCCEEDED", finished
+    return finished
+
+
+def _counts(finished: dict[str, Any]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for page in json.loads(finished["output"])["swept"]:
+        for name, count in page["counts"].items():
+            totals[name] = totals.get(name, 0) + count
+    return totals
+
+
+def _staged_keys(stack, tenant: str) -> list[str]:
+    listed = boto3.client("s3").list_objects_v2(Bucket=stack.bucket_name, Prefix=f"uploads/{tenant}/")
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def test_given_an_abandoned_upload_session_when_swept_after_its_deadline_then_it_expires_and_gives_back_its_bytes(
+    stack, acme: Caller
+) -> None:
+    session = acme.request_upload("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    assert session.status == 201
+    assert used_bytes(stack, "t-acme") > 0 and _staged_keys(stack, "t-acme")
+
+    early = _counts(_sweep(stack, clock.now()))
+    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "awaiting_upload"
+    assert early.get("expired", 0) == 0
+
+    swept = _counts(_sweep(stack, clock.now() + 2 * HOUR))
+
+    assert swept["expired"] == 1
+    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "expired"
+    assert used_bytes(stack, "t-acme") == 0
+    assert _staged_keys(stack, "t-acme") == []
+    # swept twice: nothing is due any more
+    assert _counts(_sweep(stack, clock.now() + 3 * HOUR)).get("expired", 0) == 0
+
+
+def test_given_a_verifying_session_whose_execution_never_ran_when_swept_then_it_is_rejected(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = build_from_files({"SKILL.md": b"v1\n"})
+    session = acme.request_upload("hello", "1.0.0", built)
+    acme.put_archive(session.body, built.archive)
+    monkeypatch.setattr(workflows, "start", lambda *args: "never started")
+    assert acme.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
+    monkeypatch.undo()
+
+    swept = _counts(_sweep(stack, clock.now() + HOUR))
+
+    upload = acme.get(f"/v1/uploads/{session.body['uploadId']}").body
+    assert swept["rejected"] == 1
+    assert (upload["state"], upload["rejection"]["code"]) == ("rejected", "publish_failed")
+    assert used_bytes(stack, "t-acme") == 0
+
+
+def test_given_an_operation_whose_workflow_never_started_when_swept_after_its_lease_then_it_runs(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    monkeypatch.setattr(workflows, "start", lambda *args: "admission died before starting it")
+    admitted = acme.install(WS, "hello", "hello", "1.0.0", key="k-orphan")
+    monkeypatch.undo()
+    assert acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body["state"] == "admitted"
+
+    assert _counts(_sweep(stack, clock.now())).get("started", 0) == 0  # its lease has not run out
+    swept = _counts(_sweep(stack, clock.now() + HOUR))
+
+    assert swept["started"] == 1
+    assert acme.wait_settled(WS, admitted)["outcome"] == {"result": "succeeded"}
+
+
+def test_given_a_committed_operation_whose_settle_failed_when_swept_then_it_settles_and_frees_its_slot(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+
+    def broken_settle(*args: object, **kwargs: object) -> dict:
+        raise RuntimeError("settlement is down")
+
+    monkeypatch.setattr(settlement, "settle_task", broken_settle)
+    admitted = acme.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
+    machine = stack.state_machine_arns["InstallStateMachine"]
+    devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)
+    monkeypatch.undo()
+    stuck = acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body
+    assert stuck["state"] == "committed"
+    blocked = acme.install(WS, "hello", "hello", "1.0.0", key="k-next", if_match='"1"')
+    assert (blocked.status, blocked.body["code"]) == (409, "operation_in_progress")
+
+    swept = _counts(_sweep(stack, clock.now() + HOUR))
+
+    settled = acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body
+    assert swept["settled"] == 1
+    assert (settled["state"], settled["outcome"]) == ("settled", {"result": "succeeded"})
+    assert acme.install(WS, "hello", "hello", "1.0.0", key="k-next", if_match='"1"').status == 202
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {},
+        {"detail-type": "Scheduled Event", "resources": ["arn:aws:events:us-east-1:123456789012:rule/someone-else"]},
+        {"kind": "blob", "shard": 0, "time": "2026-11-30T12:00:00Z"},
+        {"kind": "upload", "shard": -1, "time": "2026-11-30T12:00:00Z"},
+        {"kind": "upload", "shard": 0, "time": "yesterday"},
+        {"kind": "upload", "shard": 0, "time": "2026-11-30T12:00:00Z", "cursor": "not-a-cursor"},
+    ],
+    ids=["empty", "unknown-rule", "unknown-kind", "bad-shard", "bad-time", "bad-cursor"],
+)
+def test_given_an_event_the_sweeper_does_not_understand_then_it_says_so_and_changes_nothing(
+    stack, acme: Caller, event: dict[str, Any]
+) -> None:
+    session = acme.request_upload("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    spec = stack.functions["SweeperFunction"]
+    handler = load_module(spec.code_uri / "app.py", "_sweeper_under_test").lambda_handler
+    context = LambdaContext(
+        function_name=spec.name, invoked_function_arn=spec.arn, memory_limit_in_mb=512, timeout_seconds=30
+    )
+
+    if event.get("cursor"):
+        with pytest.raises(Exception, match="cursor"):
+            handler(event, context)
+    else:
+        answer = handler(event, context)
+        assert "ignored" in answer
+    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "awaiting_upload"
+
+
+def test_the_maintenance_map_covers_every_kind_and_shard_of_the_due_index() -> None:
+    definition = json.loads((devstack.ROOT / "statemachines" / "maintenance.asl.json").read_text())
+    listed = {(item["kind"], item["shard"]) for item in definition["States"]["Shards"]["Result"]}
+    assert listed == {(str(kind), shard) for kind in due.DueKind for shard in range(due.SHARDS)}
+
+
+def test_given_settled_operations_then_the_latest_is_kept_and_an_earlier_one_expires_ninety_days_after_settling(
+    stack, acme: Caller
+) -> None:
+    acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    acme.publish("hello", "1.1.0", build_from_files({"SKILL.md": b"v1.1\n"}))
+    first = acme.wait_settled(WS, acme.install(WS, "hello", "hello", "1.0.0", key="k-1"))
+    second = acme.wait_settled(WS, acme.install(WS, "hello", "hello", "1.1.0", key="k-2", if_match='"1"'))
+
+    def stored(op: dict[str, Any]) -> dict[str, Any]:
+        return boto3.client("dynamodb").get_item(
+            TableName=stack.table_name,
+            Key={"pk": {"S": f"TENANT#t-acme#WS#{WS}"}, "sk": {"S": f"OP#{op['operationId']}"}},
+            ConsistentRead=True,
+        )["Item"]
+
+    assert int(stored(first)["expiresAt"]["N"]) == first["settledAt"] + 90 * 24 * HOUR
+    assert "expiresAt" not in stored(second)  # the installation's latest settled operation is kept
+    assert "dueShard" not in stored(first) and "dueShard" not in stored(second)  # settled: out of the due index
