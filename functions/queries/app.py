@@ -18,13 +18,20 @@ from packyard.api.publishing_responses import (
 )
 from packyard.api.resolver import build_resolver, json_response
 from packyard.api.routes import contract
-from packyard.api.workspace_responses import InstallationPage, InstallationView, OperationView, ResolvedView
+from packyard.api.workspace_responses import (
+    InstallationPage,
+    InstallationView,
+    OperationView,
+    ResolvedView,
+    TenantUsageView,
+    WorkspaceUsageView,
+)
 from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound, ReleaseUnavailable, StoredItemInvalid
 from packyard.installations.models import etag
 from packyard.observability import HTTP_CORRELATION, lambda_entry
 from packyard.publishing import catalog
-from packyard.workspaces import queries
+from packyard.workspaces import queries, usage
 
 app = build_resolver()
 
@@ -135,6 +142,26 @@ def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str
 )
 def get_resolved(workspace: Annotated[str, Path()]) -> ResolvedView:
     return ResolvedView.of_resolved(queries.resolved(authorize(app).tenant, workspace))
+
+
+@app.get(
+    "/v1/workspaces/<workspace>/usage",
+    tags=["usage"],
+    **contract(
+        Permission.READ_USAGE, {200: ("The workspace against its limits", WorkspaceUsageView)}, (InvalidRequest,)
+    ),
+)
+def get_workspace_usage(workspace: Annotated[str, Path()]) -> WorkspaceUsageView:
+    return WorkspaceUsageView.of(usage.workspace_usage(authorize(app).tenant, workspace))
+
+
+@app.get(
+    "/v1/usage",
+    tags=["usage"],
+    **contract(Permission.READ_USAGE, {200: ("The tenant's stored bytes against its quota", TenantUsageView)}, ()),
+)
+def get_tenant_usage() -> TenantUsageView:
+    return TenantUsageView.of(usage.tenant_usage(authorize(app).tenant))
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name"))

@@ -1,4 +1,5 @@
-"""``packyard sweep``: run every maintenance sweep once on the local stack, now or "as if at" a time."""
+"""``packyard sweep``: run every maintenance sweep once on the local stack, now or "as if at" a time; and
+``packyard usage``: what the tenant and a workspace use of their quotas."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from packyard_cli.client import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from packyard_cli.client import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError, segment
 from packyard_cli.commands.context import Context
 from packyard_cli.output import Column, dig
+from packyard_cli.render import human_size
 
 RELATIVE = re.compile(r"\+(\d+)([smhd])", re.ASCII)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -88,3 +90,21 @@ def _totals(output: dict[str, Any]) -> dict[tuple[str, str], int]:
                 key = (str(page.get("kind")), str(action))
                 totals[key] = totals.get(key, 0) + int(count)
     return totals
+
+
+USAGE_COLUMNS = (
+    Column("scope", dig("scope"), key=True),
+    Column("used", dig("usedBytes"), brief=human_size),
+    Column("quota", dig("limitBytes"), brief=human_size),
+    Column("installations", dig("installations")),
+)
+
+
+def cmd_usage(ctx: Context, args: argparse.Namespace) -> int:
+    """The tenant's stored bytes against its quota, and (with a workspace) the workspace against its limits."""
+    rows = [{"scope": "tenant", **dict(ctx.client.request("GET", "/v1/usage").body or {})}]
+    if args.workspace:
+        path = f"/v1/workspaces/{segment(args.workspace)}/usage"
+        rows.append({"scope": f"workspace {args.workspace}", **dict(ctx.client.request("GET", path).body or {})})
+    ctx.show({"items": rows}, columns=USAGE_COLUMNS)
+    return EXIT_OK

@@ -44,6 +44,8 @@ class Limits(BaseModel):
     max_installations_per_workspace: int = Field(default=100, gt=0)
     max_installations_per_task: int = Field(default=10, gt=0)
     tenant_quota_bytes: int = Field(default=10 * GiB, gt=0)
+    # the bytes of the releases a workspace's installations reference (what its runtimes must load)
+    workspace_quota_bytes: int = Field(default=2 * GiB, gt=0)
     # settled items are kept this long for reads, then the table's TTL removes them
     settled_upload_retention_seconds: int = Field(default=7 * 24 * 3600, gt=0)
     settled_operation_retention_seconds: int = Field(default=90 * 24 * 3600, gt=0)

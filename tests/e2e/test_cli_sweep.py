@@ -43,3 +43,11 @@ def test_given_a_time_that_is_not_one_then_a_usage_error(cli: Cli) -> None:
     refused = cli("sweep", "--at", "tomorrow-ish")
     assert refused.code == 2
     assert "RFC 3339" in refused.output
+
+
+def test_usage_shows_the_tenant_and_a_workspace_against_their_quotas(cli: Cli) -> None:
+    shown = cli("usage", "ws-empty", "--output", "json")
+    assert shown.code == 0, shown.output
+    tenant, workspace = shown.json()["items"]
+    assert (tenant["scope"], tenant["limitBytes"]) == ("tenant", 10 * 1024**3)
+    assert (workspace["scope"], workspace["usedBytes"], workspace["installations"]) == ("workspace ws-empty", 0, 0)

@@ -186,3 +186,36 @@ def test_given_settled_operations_then_the_latest_is_kept_and_an_earlier_one_exp
     assert int(stored(first)["expiresAt"]["N"]) == first["settledAt"] + 90 * 24 * HOUR
     assert "expiresAt" not in stored(second)  # the installation's latest settled operation is kept
     assert "dueShard" not in stored(first) and "dueShard" not in stored(second)  # settled: out of the due index
+
+
+def test_given_a_lost_settle_when_the_key_is_sent_again_after_the_lease_then_the_operation_is_taken_over(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+
+    def broken_settle(*args: object, **kwargs: object) -> dict:
+        raise RuntimeError("settlement is down")
+
+    monkeypatch.setattr(settlement, "settle_task", broken_settle)
+    admitted = acme.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
+    execution = workflows.execution_arn(stack.state_machine_arns["InstallStateMachine"], admitted.body["operationId"])
+    described = devstack.wait_for_execution(execution, timeout=60)
+    monkeypatch.undo()
+    assert (
+        described["status"],
+        acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body["state"],
+    ) == (
+        "FAILED",
+        "committed",
+    )
+    replay_now = acme.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
+    assert (replay_now.status, replay_now.body["attempt"]) == (202, 0)  # its lease still runs: nothing to take over
+
+    later = clock.now() + HOUR
+    monkeypatch.setattr(clock, "now", lambda: later)
+    taken_over = acme.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
+
+    assert (taken_over.status, taken_over.body["attempt"]) == (202, 1)
+    final = acme.wait_settled(WS, taken_over)
+    assert final["outcome"] == {"result": "succeeded"}
+    assert acme.get(f"/v1/workspaces/{WS}/installations/hello").body["version"] == 1

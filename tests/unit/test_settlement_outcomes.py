@@ -92,12 +92,13 @@ def test_given_a_refusal_error_type_when_settling_then_refused_with_its_class_st
     assert outcome == Outcome(result="refused", status=status, code=code, detail="hello@2.0.0 needs api_write")
 
 
-def test_given_the_refusal_table_then_it_is_exactly_the_six_definitive_refusals():
+def test_given_the_refusal_table_then_it_is_exactly_the_seven_definitive_refusals():
     assert sorted(REFUSALS) == [
         "ConsentRejected",
         "LimitExceeded",
         "NeedsConsent",
         "PlanChanged",
+        "QuotaExceeded",
         "ReleaseUnavailable",
         "StaleAuthority",
     ]

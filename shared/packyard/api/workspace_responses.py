@@ -30,6 +30,7 @@ from packyard.installations.scopes import Scope, ScopeKind
 from packyard.operations.models import Intent, Operation, OperationKind, OperationState, Outcome, Preview
 from packyard.publishing.manifest import PermissionKind
 from packyard.workspaces.models import Resolved
+from packyard.workspaces.usage import TenantUsage, WorkspaceUsage
 
 Origin = Literal["owner", "workflow"]
 ORIGIN = "who asked: the workspace owner, or a workflow acting for it (a workflow cannot widen grants)"
@@ -317,3 +318,37 @@ class ResolvedView(ApiModel):
     @classmethod
     def of(cls, workspace: str, items: list[ResolvedInstallationView], expires_at: int) -> Self:
         return cls(workspace=workspace, items=items, expires_at=expires_at)
+
+
+# ---- usage ----------------------------------------------------------------------------------------------------------
+
+
+class WorkspaceUsageView(ApiModel):
+    """``GET /v1/workspaces/{ws}/usage``: the workspace against its limits."""
+
+    workspace: str
+    installations: int = Field(description="live installations (archived ones excluded)")
+    installation_limit: int = Field(alias="installationLimit")
+    used_bytes: int = Field(alias="usedBytes", description="bytes of the releases its installations reference")
+    limit_bytes: int = Field(alias="limitBytes", description="the workspace quota; beyond it: quota_exceeded")
+
+    @classmethod
+    def of(cls, usage: WorkspaceUsage) -> Self:
+        return cls(
+            workspace=usage.workspace,
+            installations=usage.installations,
+            installation_limit=usage.installation_limit,
+            used_bytes=usage.used_bytes,
+            limit_bytes=usage.limit_bytes,
+        )
+
+
+class TenantUsageView(ApiModel):
+    """``GET /v1/usage``: the tenant's stored bytes against its quota."""
+
+    used_bytes: int = Field(alias="usedBytes", description="retained blobs plus live upload reservations")
+    limit_bytes: int = Field(alias="limitBytes", description="the tenant quota; beyond it: quota_exceeded")
+
+    @classmethod
+    def of(cls, usage: TenantUsage) -> Self:
+        return cls(used_bytes=usage.used_bytes, limit_bytes=usage.limit_bytes)

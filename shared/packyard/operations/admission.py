@@ -19,7 +19,14 @@ from packyard.installations.models import check_installation_id, check_workspace
 from packyard.installations.scopes import ScopeKind
 from packyard.observability import logger, metrics, tracer
 from packyard.operations import supersede, workflow
-from packyard.operations.drafting import OperationRequest, check_limits, check_preview, check_version, draft_operation
+from packyard.operations.drafting import (
+    OperationRequest,
+    check_limits,
+    check_preview,
+    check_quota,
+    check_version,
+    draft_operation,
+)
 from packyard.operations.models import Action, InstallRequest, Operation, OperationState, Slot, Supersession
 from packyard.operations.preconditions import check_idempotency_key, digest, operation_id_for, parse_if_match
 from packyard.operations.targets import checked_target
@@ -73,6 +80,7 @@ def admit(
         check_version(view.installation, expected_version, op)
         if op.state is not OperationState.SETTLED:
             check_limits(view, op)
+            check_quota(view, op)
             check_preview(body, op)
         superseding = supersede.supersession(view.slot, op, view.installation, now)
         if superseding is None:
@@ -175,16 +183,21 @@ def _replay(op: Operation, request_digest: str) -> Operation:
     if op.state is OperationState.PENDING:
         return resume(op)
     if op.in_flight:
+        if op.lease_until <= clock.now() and workflow.has_ended(op):
+            # its workflow ended without settling it (a lost Settle): the same key takes it over, as a new attempt
+            phase = OperationState.PLANNED if op.state is OperationState.AWAITING_CONSENT else op.state
+            return resume(op, phase)
         # admission (or a resume) may have died between recording and starting: starting again is idempotent by
         # execution name, and a finished execution of that name is not run twice
         workflow.start(op)
     return op
 
 
-def resume(op: Operation) -> Operation:
-    """A retry with the same key resumes a deferred operation where it stopped (a new execution attempt)."""
+def resume(op: Operation, phase: OperationState | None = None) -> Operation:
+    """A retry with the same key resumes a deferred (or abandoned) operation where it stopped (a new execution
+    attempt)."""
     now = clock.now()
-    resumed_state = (
+    resumed_state = phase or (
         OperationState(op.phase) if op.phase in {s.value for s in OperationState} else OperationState.ADMITTED
     )
     resumed = op.model_copy(

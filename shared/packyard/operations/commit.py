@@ -10,7 +10,7 @@ from typing import Any
 
 from packyard import clock
 from packyard.config import limits
-from packyard.errors import ClaimLost, LimitExceeded, StaleAuthority
+from packyard.errors import ClaimLost, LimitExceeded, QuotaExceeded, StaleAuthority
 from packyard.installations.models import Installation
 from packyard.installations.scopes import ScopeKind
 from packyard.observability import logger, tracer
@@ -52,6 +52,7 @@ def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_versi
         baseline_version=op.baseline.version if op.baseline else None,
         counts=counter_changes(op.baseline, plan),
         lease_until=committed.lease_until,
+        bytes_change=(referenced_bytes_change(op.baseline, plan), limits().workspace_quota_bytes),
     )
     if conflict is None:
         logger.info("operation committed", extra={"installationVersion": plan.version})
@@ -65,6 +66,11 @@ def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_versi
         raise ClaimLost(f"operation {operation_id} lost its claim before commit")
     if conflict.limit_reached:
         raise LimitExceeded("installation limit reached while committing")
+    if conflict.quota_reached:
+        raise QuotaExceeded(
+            f"workspace {workspace_id} would reference more than {limits().workspace_quota_bytes} bytes",
+            limitBytes=limits().workspace_quota_bytes,
+        )
     raise StaleAuthority(
         f"installation {op.installation_id} moved from version "
         f"{op.baseline.version if op.baseline else None} to {current.version if current else None}"
@@ -91,3 +97,15 @@ def counter_changes(baseline: Installation | None, plan: Installation) -> list[C
 
 def _task_of(installation: Installation | None) -> str | None:
     return installation.scope.id if installation and installation.scope.kind is ScopeKind.TASK else None
+
+
+def referenced_bytes(installation: Installation | None) -> int:
+    """What an installation makes its workspace's runtimes load: its release's archive (none once removed)."""
+    if installation is None or not installation.is_live or installation.release is None:
+        return 0
+    return installation.release.archive_size
+
+
+def referenced_bytes_change(baseline: Installation | None, plan: Installation) -> int:
+    """How the workspace's referenced bytes move when ``plan`` replaces ``baseline`` (pure)."""
+    return referenced_bytes(plan) - referenced_bytes(baseline)

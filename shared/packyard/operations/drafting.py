@@ -16,6 +16,7 @@ from packyard.errors import (
     LimitExceeded,
     NotFound,
     PlanChanged,
+    QuotaExceeded,
     ReleaseUnavailable,
     StaleAuthority,
     VersionConflict,
@@ -204,6 +205,24 @@ def check_limits(view: AdmissionView, op: Operation) -> None:
         raise LimitExceeded(
             f"task {scope.id} has {view.task_count} installations (limit {bounds.max_installations_per_task})",
             limit=bounds.max_installations_per_task,
+        )
+
+
+def check_quota(view: AdmissionView, op: Operation) -> None:
+    """The workspace may reference at most its quota of release bytes (what its runtimes load); commit checks again
+    in its transaction."""
+    if op.target is None:
+        return
+    base = op.baseline if op.baseline is not None and op.baseline.is_live else None
+    growth = op.target.archive_size - (base.release.archive_size if base and base.release else 0)
+    quota = limits().workspace_quota_bytes
+    if growth > 0 and view.workspace_bytes + growth > quota:
+        raise QuotaExceeded(
+            f"workspace {op.workspace} references {view.workspace_bytes} bytes; {op.target.package}@"
+            f"{op.target.version} would take it past its quota of {quota} bytes",
+            usedBytes=view.workspace_bytes,
+            limitBytes=quota,
+            requestedBytes=growth,
         )
 
 

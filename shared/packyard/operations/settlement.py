@@ -20,6 +20,7 @@ from packyard.errors import (
     NotFound,
     PackyardError,
     PlanChanged,
+    QuotaExceeded,
     ReleaseUnavailable,
     StaleAuthority,
 )
@@ -32,7 +33,15 @@ from packyard.workflow_inputs import caught_error_message
 # errorType (the exception class name Step Functions reports) → definitive refusal
 REFUSALS: dict[str, type[PackyardError]] = {
     cls.__name__: cls
-    for cls in (NeedsConsent, StaleAuthority, LimitExceeded, ReleaseUnavailable, PlanChanged, ConsentRejected)
+    for cls in (
+        NeedsConsent,
+        StaleAuthority,
+        LimitExceeded,
+        ReleaseUnavailable,
+        PlanChanged,
+        ConsentRejected,
+        QuotaExceeded,
+    )
 }
 # errorTypes a later attempt may get past: the operation is deferred (pending), not settled
 TRANSIENT = ("TransientStoreError", "Lambda.", "States.Timeout", "States.HeartbeatTimeout")

@@ -21,3 +21,10 @@ def start(op: Operation) -> None:
         # planning reads this release beside the operation (one BatchGetItem) to check it is still published
         payload["release"] = {"package": op.target.package, "version": op.target.version}
     workflows.start(required("install_state_machine_arn").install_state_machine_arn, op.execution_name(), payload)
+
+
+def has_ended(op: Operation) -> bool:
+    """Whether the execution of the operation's current attempt ran and is over (looked up, never guessed)."""
+    machine = required("install_state_machine_arn").install_state_machine_arn
+    status = workflows.execution_status(workflows.execution_arn(machine, op.execution_name()))
+    return status is not None and status != "RUNNING"

@@ -16,6 +16,7 @@ from packyard.errors import ClaimLost
 from packyard.installations.models import Installation
 from packyard.operations.models import Operation, OperationState
 from packyard.store import dynamo
+from packyard.store.counters import workspace_pk
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.workspace import (
     approval_key,
@@ -25,7 +26,6 @@ from packyard.store.workspace import (
     operation_key,
     operation_put,
     slot_renewal,
-    workspace_pk,
 )
 
 

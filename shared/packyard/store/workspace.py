@@ -4,6 +4,7 @@
     installation   pk TENANT#<t>#WS#<ws>   sk INST#<installationId>
     slot           pk TENANT#<t>#WS#<ws>   sk SLOT#<installationId>     (one in-flight operation per installation)
     counters       pk TENANT#<t>#WS#<ws>   sk COUNT#WORKSPACE | COUNT#TASK#<taskId>   (live installations)
+                                           sk COUNT#BYTES   (bytes of the releases its installations reference)
     consent wait   pk TENANT#<t>#WS#<ws>   sk CONSENT#<installationId>  (an operation awaiting approval; task token)
     approval       pk TENANT#<t>#WS#<ws>   sk APPROVAL#<approvalId>     (one decision per Idempotency-Key)
 
@@ -11,6 +12,9 @@ Every operation write is conditional on the operation's own ``version`` (and sta
 and it learns ClaimLost. The slot carries a ``claim`` counter so taking it over is a compare-and-set.
 Retention (when a settled operation's TTL falls due) is decided by the domain and handed in; this module only
 writes it.
+
+Why one module of ~450 lines: admission, commit and settlement are each one transaction across the operation, the
+installation, the slot and the counters; their item builders live together so each transaction reads in one place.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from packyard.errors import ClaimLost
 from packyard.installations.models import Installation
 from packyard.operations.models import Operation, OperationState, Slot, Supersession
 from packyard.publishing.models import Release
-from packyard.store import catalog, due, dynamo
+from packyard.store import catalog, counters, due, dynamo
+from packyard.store.counters import bytes_key, counter_key, workspace_pk
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import Counter
 
@@ -31,10 +36,6 @@ from packyard.store.records import Counter
 DUE_STATES = frozenset(
     {OperationState.ADMITTED, OperationState.PLANNED, OperationState.AWAITING_CONSENT, OperationState.COMMITTED}
 )
-
-
-def workspace_pk(tenant: str, workspace: str) -> str:
-    return f"TENANT#{tenant}#WS#{workspace}"
 
 
 def operation_key(tenant: str, workspace: str, operation_id: str) -> tuple[str, str]:
@@ -57,10 +58,6 @@ def approval_key(tenant: str, workspace: str, approval_id: str) -> tuple[str, st
     return workspace_pk(tenant, workspace), f"APPROVAL#{approval_id}"
 
 
-def counter_key(tenant: str, workspace: str, task_id: str | None = None) -> tuple[str, str]:
-    return workspace_pk(tenant, workspace), f"COUNT#TASK#{task_id}" if task_id else "COUNT#WORKSPACE"
-
-
 @dataclass(frozen=True)
 class AdmissionView:
     """Everything admission decides on, read in one strongly consistent BatchGetItem."""
@@ -72,6 +69,7 @@ class AdmissionView:
     task_count: int
     release: Release | None
     consent: ConsentWait | None = None
+    workspace_bytes: int = 0
 
 
 def read_for_admission(
@@ -88,6 +86,7 @@ def read_for_admission(
         "slot": slot_key(tenant, workspace, installation_id),
         "workspace_count": counter_key(tenant, workspace),
         "consent": consent_key(tenant, workspace, installation_id),
+        "workspace_bytes": bytes_key(tenant, workspace),
     }
     if task_id:
         keys["task_count"] = counter_key(tenant, workspace, task_id)
@@ -117,6 +116,7 @@ def read_for_admission(
         task_count=count("task_count"),
         release=from_item(Release, rel) if rel else None,
         consent=from_item(ConsentWait, wait) if wait else None,
+        workspace_bytes=counters.used_bytes(item("workspace_bytes")),
     )
 
 
@@ -263,22 +263,6 @@ def _supersede(op: Operation, supersession: Supersession, now: int) -> dict[str,
     }
 
 
-def _count(tenant: str, workspace: str, task_id: str | None, delta: int, limit: int) -> dict[str, Any]:
-    pk, sk = counter_key(tenant, workspace, task_id)
-    update: dict[str, Any] = {
-        "TableName": table_name(),
-        "Key": key(pk, sk),
-        "UpdateExpression": "SET schemaVersion = :sv ADD n :delta",
-        "ExpressionAttributeValues": marshal({":delta": delta, ":sv": dynamo.SCHEMA_VERSION}),
-    }
-    if delta > 0:
-        update["ConditionExpression"] = "attribute_not_exists(n) OR n <= :room"
-        update["ExpressionAttributeValues"] = marshal(
-            {":delta": delta, ":room": limit - delta, ":sv": dynamo.SCHEMA_VERSION}
-        )
-    return {"Update": update}
-
-
 # ---- writes ----------------------------------------------------------------------------------------------------------
 
 
@@ -350,6 +334,7 @@ class CommitConflict:
     installation_changed: bool
     limit_reached: bool
     slot_lost: bool
+    quota_reached: bool = False
 
 
 def commit(
@@ -360,9 +345,11 @@ def commit(
     baseline_version: int | None,
     counts: list[tuple[str | None, int, int]],
     lease_until: int,
+    bytes_change: tuple[int, int] | None = None,
 ) -> CommitConflict | None:
     """Compare-and-put the planned installation on the baseline version, with the operation's transition, the slot
-    (still ours; lease renewed) and the live-installation counters, in one transaction."""
+    (still ours; lease renewed), the live-installation counters and (``bytes_change``: delta, limit) the
+    workspace's referenced bytes, in one transaction."""
     ipk, isk = installation_key(plan.tenant, plan.workspace, plan.installation_id)
     put_installation: dict[str, Any] = {"TableName": table_name(), "Item": to_item(ipk, isk, plan)}
     if baseline_version is None:
@@ -375,7 +362,12 @@ def commit(
         operation_put(committed, new=False, expected_version=op.version),
         slot_renewal(op, lease_until, None),
     ]
-    items.extend(_count(plan.tenant, plan.workspace, task, delta, limit) for task, delta, limit in counts)
+    items.extend(
+        counters.count_change(plan.tenant, plan.workspace, task, delta, limit) for task, delta, limit in counts
+    )
+    counted = len(items)
+    if bytes_change is not None and bytes_change[0] != 0:
+        items.append(counters.bytes_change(plan.tenant, plan.workspace, *bytes_change))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
@@ -383,7 +375,8 @@ def commit(
             installation_changed=cancelled.failed(0),
             operation_changed=cancelled.failed(1),
             slot_lost=cancelled.failed(2),
-            limit_reached=any(cancelled.failed(i) for i in range(3, len(items))),
+            limit_reached=any(cancelled.failed(i) for i in range(3, counted)),
+            quota_reached=any(cancelled.failed(i) for i in range(counted, len(items))),
         )
     return None
 
