@@ -219,3 +219,31 @@ def test_given_a_lost_settle_when_the_key_is_sent_again_after_the_lease_then_the
     final = acme.wait_settled(WS, taken_over)
     assert final["outcome"] == {"result": "succeeded"}
     assert acme.get(f"/v1/workspaces/{WS}/installations/hello").body["version"] == 1
+
+
+def test_given_a_reject_that_keeps_failing_then_the_execution_records_it_and_the_sweep_finishes_the_upload(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packyard.publishing import rejection
+
+    built = build_from_files({"SKILL.md": b"v1\n"})
+    session = acme.request_upload("hello", "1.0.0", built)
+    acme.put_archive(session.body, b"not the archive the manifest describes")
+
+    def broken_reject(*args: object, **kwargs: object) -> dict:
+        raise RuntimeError("the rejection path is down")
+
+    monkeypatch.setattr(rejection, "reject", broken_reject)
+    completed = acme.post(f"/v1/uploads/{session.body['uploadId']}/complete")
+    described = devstack.wait_for_execution(completed.body["executionArn"], timeout=60)
+    monkeypatch.undo()
+
+    assert (described["status"], described.get("error")) == ("FAILED", "RejectFailed")
+    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "verifying"
+    assert used_bytes(stack, "t-acme") > 0
+
+    swept = _counts(_sweep(stack, clock.now() + HOUR))
+
+    assert swept["rejected"] == 1
+    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "rejected"
+    assert used_bytes(stack, "t-acme") == 0
