@@ -1,18 +1,29 @@
 """Installation operations against a reference model: random install / update / uninstall / rollback requests,
-same-key retries, crashes at any AWS call of any task, lease expiry and supersession, checked after every step.
+same-key retries, crashes at any AWS call of any task, waits for an owner's consent (approved, rejected or timed
+out), lease expiry and supersession, checked after every step.
 
 The state machine is not used (its Retry waits and polling would dominate): ``workflows.start`` is replaced by a
 recorder and the test plays Step Functions itself, calling the task handlers in-process in the order the ASL runs
-them (Plan → Commit → Settle; an exception routes to Settle with ``$.error`` exactly as the Catch would). A crash is
-``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then the task dies; afterwards either Step
-Functions retries the same task or the Catch routes it to Settle with a transient error (the operation is deferred
-to ``pending`` and a client retry with the same key resumes it).
+them (Plan → [AwaitConsent] → Commit → Settle; an exception routes to Settle with ``$.error`` exactly as the Catch
+would). A crash is ``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then the task dies;
+afterwards either Step Functions retries the same task or the Catch routes it to Settle with a transient error (the
+operation is deferred to ``pending`` and a client retry with the same key resumes it).
+
+Consent: when Plan answers ``needsConsent`` (an owner-origin plan that widens grants), the execution runs the
+Consent task with a task token of its own (step ``consent``: planned → awaiting_consent, the CONSENT item holds the
+token, the slot's lease becomes the consent deadline), then waits on that token (step ``approve``): an owner
+approves or rejects the plan over HTTP (never crashed), and the execution resumes with whatever the service sent on
+the token (``workflows.send_task_success`` / ``send_task_failure`` are recorded, then called: moto answers
+InvalidToken for a token no real execution waits on, which the service swallows): success → ``$.plan`` → Commit;
+failure → ``$.error`` → Settle. Or nobody decides: the clock jumps past the consent window and every waiting
+execution times out (``States.Timeout`` → Settle).
 
 One moto stack and three releases serve every example; each example works in a fresh workspace (everything an
-operation touches, operations, installations, slots and counters, is keyed by workspace, so examples cannot see each
-other) and deletes it at teardown (moto copies the whole table on every transaction). The clock
-(``packyard.clock.now``) is the model's: it only moves when a rule expires the leases. The checks read the
-workspace's items from moto's table in-process, after every step; the code under test goes through boto3 as always.
+operation touches, operations, installations, slots, consent waits and counters, is keyed by workspace, so examples
+cannot see each other) and deletes it at teardown (moto copies the whole table on every transaction). The clock
+(``packyard.clock.now``) is the model's: it only moves when a rule expires the leases (or the consent window). The
+checks read the workspace's items from moto's table in-process, after every step; the code under test goes through
+boto3 as always.
 
 Checked after every step, from what is stored (not from the model):
 * no lost operation: every key that was admitted still names its operation, with the request it was admitted for;
@@ -21,11 +32,15 @@ Checked after every step, from what is stored (not from the model):
 * with nothing committed in flight, the installation is exactly the plan of the latest succeeded operation;
 * at most one unsettled operation per installation, and the slot is held by it (free when there is none);
 * a settled outcome never changes, and a replay of a settled key answers that same outcome;
-* every admitted/planned/committed operation has a live execution for its attempt (nothing is orphaned);
+* every admitted/planned/awaiting/committed operation has a live execution for its attempt (nothing is orphaned);
 * the workspace's live-installation counter equals the number of live installations;
-and the stored operations, installations and slots equal the reference model's.
+* an operation that asked consent never commits (nor is the installation's last writer) unless approved;
+* a CONSENT item exists only for the installation's unsettled operation, while it awaits consent (with the same
+  plan digest and deadline; the slot's lease is that deadline), and every operation awaiting consent has one;
+  an execution waiting on a token waits on the one stored (or its operation was superseded);
+and the stored operations (with their consent), installations, slots and consent waits equal the reference model's.
 
-Why one module of ~1,050 lines: the reference model, the stateful machine that drives it and the regression
+Why one module of ~1,500 lines: the reference model, the stateful machine that drives it and the regression
 tests it found share one set of builders and invariants; splitting would scatter what the model asserts.
 """
 
@@ -75,18 +90,25 @@ TARGETS = st.sampled_from(("app", "app", "tool"))
 CRASH_POINTS = st.sampled_from((1, 2, 2, 3))
 T0 = 1_900_000_000
 
-IN_FLIGHT = ("admitted", "planned", "committed")
+IN_FLIGHT = ("admitted", "planned", "awaiting_consent", "committed")
 TRANSIENT_ERROR = {
     "Error": "TransientStoreError",
     "Cause": json.dumps({"errorMessage": "injected: the task died (Lambda.Unknown / States.Timeout)"}),
 }
+# what Step Functions writes at $.error when a wait for the task token outlives TimeoutSecondsPath
+CONSENT_TIMEOUT = {"Error": "States.Timeout", "Cause": "the consent window ended with no decision"}
+# errorTypes Settle treats as transient (the operation is deferred), as settlement.TRANSIENT
+TRANSIENT = ("TransientStoreError", "Lambda.", "States.Timeout", "States.HeartbeatTimeout")
 REFUSALS = {
     "NeedsConsent": "needs_consent",
     "StaleAuthority": "stale_authority",
     "LimitExceeded": "limit_exceeded",
     "ReleaseUnavailable": "release_unavailable",
     "PlanChanged": "plan_changed",
+    "ConsentRejected": "consent_rejected",
 }
+# what happens to a wait for consent: an owner approves or rejects the plan, or nobody decides within the window
+DECISIONS = st.sampled_from(("approve", "approve", "approve", "reject", "no decision"))
 
 # A deeper run: PACKYARD_MODEL_EXAMPLES=500. Shrinking a failure replays examples for up to ~5 minutes;
 # PACKYARD_MODEL_SHRINK=0 reports the first failing sequence as found.
@@ -121,6 +143,8 @@ class Req:
         return (self.inst, self.action, self.version, self.origin)
 
     def intent(self, target: str | None) -> tuple[str, ...]:
+        """What the operation means (the slot's intent digest; a put's also covers scope and config, which the
+        model never sends)."""
         if self.action == "put":
             return ("put", str(self.version))
         if self.action == "delete":
@@ -157,9 +181,16 @@ class MOp:
     outcome: tuple[str, str | None] | None = None
     superseded_by: str | None = None
     committed: bool = False
+    asked: frozenset[str] | None = None  # the permission kinds its plan asked consent for (None: asked none)
+    decision: str | None = None  # approve | reject, once an owner decided
 
     def execution_name(self) -> str:
         return self.op_id if self.attempt == 0 else f"{self.op_id}-{self.attempt}"
+
+    @property
+    def needs_consent(self) -> bool:
+        """Plan's ``needsConsent``: its plan asked consent and no one has decided yet."""
+        return self.asked is not None and self.decision is None
 
 
 @dataclass
@@ -194,11 +225,16 @@ class World:
     insts: dict[str, MInst] = field(default_factory=dict)
     ops: dict[str, MOp] = field(default_factory=dict)
     slots: dict[str, MSlot] = field(default_factory=dict)
+    waits: dict[str, str] = field(default_factory=dict)  # installation → operation its CONSENT item names
     started: dict[str, str] = field(default_factory=dict)  # execution name → operation id
 
     @property
     def lease(self) -> int:
         return limits().operation_lease_seconds
+
+    @property
+    def window(self) -> int:
+        return limits().consent_window_seconds
 
     def slot(self, inst: str) -> MSlot:
         return self.slots.setdefault(inst, MSlot())
@@ -252,12 +288,6 @@ class World:
             baseline=cur,
             target=target,
         )
-        if settled_now:
-            if slot.holder is not None:
-                return Answer(409, "operation_in_progress", slot.holder)
-            new.state, new.outcome = "settled", ("succeeded", "not_installed")
-            self.ops[op_id] = new
-            return Answer(200, None, op_id)
         intent = req.intent(target)
         if slot.holder is not None:
             if not (slot.pending or (slot.lease_until <= self.now and slot.intent == intent)):
@@ -266,6 +296,13 @@ class World:
             # superseded: an operation that already committed its change has succeeded (the row is its plan)
             old.outcome = ("succeeded", None) if old.committed else ("unconfirmed", "cancelled")
             old.state, old.superseded_by, old.version = "settled", op_id, old.version + 1
+            self.waits.pop(req.inst, None)  # its consent wait (if any) goes with it
+        if settled_now:
+            # nothing to uninstall: settled here, taking no slot (a superseded holder's slot is freed)
+            new.state, new.outcome = "settled", ("succeeded", "not_installed")
+            self.ops[op_id] = new
+            self.slots[req.inst] = MSlot()
+            return Answer(200, None, op_id)
         self.slots[req.inst] = MSlot(holder=op_id, pending=False, lease_until=self.now + self.lease, intent=intent)
         self.ops[op_id] = new
         self.start(new)
@@ -309,10 +346,19 @@ class World:
         }[op.kind]
         return MInst(version, True, op.target, previous, grants, generation, op.op_id)
 
-    def plan_task(self, op_id: str) -> int:
+    @staticmethod
+    def consent_asked(op: MOp) -> frozenset[str]:
+        """What an owner-origin plan must have approved: the kinds it declares beyond the live grants."""
+        if op.origin != "owner" or op.target is None:
+            return frozenset()
+        base = op.baseline
+        return RELEASES[op.target] - (base.grants if base is not None and base.live else frozenset())
+
+    def plan_task(self, op_id: str) -> tuple[int, bool]:
+        """The planning output the model expects: (version, needsConsent)."""
         op = self.ops[op_id]
         if op.state in ("planned", "committed"):
-            return op.version
+            return op.version, op.needs_consent
         if op.state != "admitted":
             raise TaskError("ClaimLost")
         plan = self.compute_plan(op)
@@ -320,8 +366,33 @@ class World:
         if slot.holder != op_id:
             raise TaskError("ClaimLost")
         op.state, op.plan, op.version = "planned", plan, op.version + 1
+        op.asked = self.consent_asked(op) or None
         slot.lease_until = self.now + self.lease
-        return op.version
+        return op.version, op.needs_consent
+
+    def consent_task(self, op_id: str) -> None:
+        """The Consent task: planned → awaiting_consent with the wait recorded and the slot held to the deadline;
+        a retry (already awaiting) only names its new token."""
+        op = self.ops[op_id]
+        if not op.needs_consent or op.plan is None:
+            raise TaskError("ClaimLost")
+        if op.state == "awaiting_consent":
+            return
+        slot = self.slot(op.inst)
+        if op.state != "planned" or slot.holder != op_id:
+            raise TaskError("ClaimLost")
+        op.state, op.version = "awaiting_consent", op.version + 1
+        slot.lease_until = self.now + self.window
+        self.waits[op.inst] = op_id
+
+    def decide(self, op_id: str, decision: str) -> Answer:
+        """An owner's decision on the plan ``op_id`` waits with (naming that operation)."""
+        op = self.ops[op_id]
+        if self.waits.get(op.inst) != op_id or op.state != "awaiting_consent":
+            return Answer(409, "stale_authority")
+        op.state, op.version, op.decision = "planned", op.version + 1, decision
+        del self.waits[op.inst]
+        return Answer(200, None, op_id)
 
     def commit_task(self, op_id: str, planned_version: int) -> None:
         op = self.ops[op_id]
@@ -329,6 +400,8 @@ class World:
             return
         if op.state != "planned" or op.version != planned_version:
             raise TaskError("ClaimLost")
+        if op.asked is not None and op.decision != "approve":
+            raise TaskError("ClaimLost")  # a plan that asked consent commits only once approved
         assert op.plan is not None
         cur = self.insts.get(op.inst)
         base_version = op.baseline.version if op.baseline else None
@@ -347,12 +420,20 @@ class World:
             return
         if op.state == "pending":
             return  # a retried Settle finds it already deferred: it keeps the phase it stopped in
-        if error == "TransientStoreError":
-            op.phase = op.state
+        waiting = op.state == "awaiting_consent"
+        if op.decision == "reject":
+            op.outcome = ("refused", "consent_rejected")
+        elif waiting and error == "States.Timeout":
+            op.outcome = ("refused", "consent_expired")
+        elif error is not None and error.startswith(TRANSIENT):
+            # a wait for consent resumes by planning again (the recorded plan asks consent again)
+            op.phase = "planned" if waiting else op.state
             op.state, op.version = "pending", op.version + 1
             slot.pending, slot.lease_until = True, self.now
+            if waiting:
+                self.waits.pop(op.inst, None)
             return
-        if error is None:
+        elif error is None:
             op.outcome = ("succeeded", None) if op.state == "committed" else ("unconfirmed", "interrupted")
         elif error in REFUSALS:
             op.outcome = ("refused", REFUSALS[error])
@@ -361,6 +442,8 @@ class World:
         op.state, op.version = "settled", op.version + 1
         if slot.holder == op_id:
             slot.holder, slot.pending = None, False
+        if waiting and self.waits.get(op.inst) == op_id:
+            del self.waits[op.inst]
 
     @property
     def live_count(self) -> int:
@@ -410,9 +493,27 @@ class SOp:
     outcome: tuple[str, str | None] | None
     superseded_by: str | None
     plan: SInst | None
+    consent: dict[str, Any] | None
 
     def execution_name(self) -> str:
         return self.operation_id if self.attempt == 0 else f"{self.operation_id}-{self.attempt}"
+
+    @property
+    def asked(self) -> frozenset[str] | None:
+        return frozenset(p["kind"] for p in self.consent["permissions"]) if self.consent else None
+
+    @property
+    def decision(self) -> str | None:
+        return self.consent.get("decision") if self.consent else None
+
+    @property
+    def committed(self) -> bool:
+        """Its change is in effect (or was, before a later operation's)."""
+        return (
+            self.state == "committed"
+            or (self.state == "pending" and self.phase == "committed")
+            or (self.outcome is not None and self.outcome[0] == "succeeded" and self.plan is not None)
+        )
 
 
 @dataclass
@@ -421,6 +522,7 @@ class Stored:
     insts: dict[str, SInst]
     slots: dict[str, dict[str, Any]]
     live_count: int
+    waits: dict[str, dict[str, Any]] = field(default_factory=dict)  # installation → its CONSENT item
 
 
 def workspace_items(stack: devstack.Stack, workspace_id: str) -> list[dict[str, Any]]:
@@ -450,11 +552,14 @@ def read_stored(stack: devstack.Stack, workspace_id: str) -> Stored:
                 outcome=(outcome["result"], outcome.get("code")) if outcome else None,
                 superseded_by=item.get("supersededBy"),
                 plan=SInst.of(item["plan"]) if item.get("plan") else None,
+                consent=item.get("consent"),
             )
         elif kind == "INST":
             stored.insts[name] = SInst.of(item)
         elif kind == "SLOT":
             stored.slots[name] = item
+        elif kind == "CONSENT":
+            stored.waits[name] = item
         elif item["sk"] == "COUNT#WORKSPACE":
             stored.live_count = int(item["n"])
     return stored
@@ -508,6 +613,7 @@ def op_view(op: SOp | MOp) -> dict[str, Any]:
         "outcome": op.outcome,
         "supersededBy": op.superseded_by,
         "plan": inst_view(op.plan),
+        "consent": None if op.asked is None else (tuple(sorted(op.asked)), op.decision),
     }
 
 
@@ -535,6 +641,9 @@ def differences(world: World, stored: Stored) -> list[str]:
         want_s, got_s = slot_view(world.slots.get(inst)), slot_view(stored.slots.get(inst))
         if want_s != got_s:
             diffs.append(f"slot {inst}: model {want_s} != stored {got_s}")
+        want_w, got_w = world.waits.get(inst), stored.waits.get(inst, {}).get("operationId")
+        if want_w != got_w:
+            diffs.append(f"consent wait {inst}: model {want_w} != stored {got_w}")
     if world.live_count != stored.live_count:
         diffs.append(f"live installations: model {world.live_count} != counter {stored.live_count}")
     return diffs
@@ -548,21 +657,51 @@ class Execution:
     name: str
     op_id: str
     event: dict[str, Any]
-    next: str = "plan"  # plan | commit | settle | done
+    next: str = "plan"  # plan | consent | approve (waiting on its task token) | commit | settle | done
+    token: str | None = None  # the task token of its Consent task's attempt that returned (what it waits on)
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What the service sent on a task token: success (output) or failure (error, cause)."""
+
+    token: str
+    error: str | None
+    payload: Any
 
 
 class Harness:
-    """The stack, the caller, and the executions ``workflows.start`` was asked for (in order)."""
+    """The stack, the caller, the executions ``workflows.start`` was asked for (in order), and what was sent on
+    task tokens (in order)."""
 
     def __init__(self, stack: devstack.Stack, caller: Caller) -> None:
         self.stack = stack
         self.caller = caller
         self.recorded: list[tuple[str, dict[str, Any]]] = []
+        self.delivered: list[Delivery] = []
         self.now = T0
+        # the real calls, made after recording: moto answers InvalidToken (no execution waits on a harness token)
+        self.real_success = workflows.send_task_success
+        self.real_failure = workflows.send_task_failure
 
     def start(self, arn: str, name: str, payload: dict[str, Any]) -> str:
         self.recorded.append((name, dict(payload)))
         return name
+
+    def send_task_success(self, task_token: str, output: dict[str, Any]) -> bool:
+        self.delivered.append(Delivery(task_token, None, json.loads(json.dumps(output))))
+        return self.real_success(task_token, output)
+
+    def send_task_failure(self, task_token: str, error: str, cause: str) -> bool:
+        self.delivered.append(Delivery(task_token, error, cause))
+        return self.real_failure(task_token, error, cause)
+
+    def decide(self, workspace: str, op_id: str, decision: str, key: str) -> Any:
+        """An owner reads the operation (its consent's plan digest) and decides on exactly that plan."""
+        op = self.caller.get(f"/v1/workspaces/{workspace}/operations/{op_id}")
+        assert op.status == 200, op.body
+        return self.caller.decide(workspace, op.body, decision, key=key)
 
     def invoke(self, function: str, event: dict[str, Any]) -> Any:
         return lambdas.invoke_handler(self.stack.functions[function], event)
@@ -581,7 +720,18 @@ class Harness:
         return self.caller.post(path + "/rollback", body, headers=headers)
 
 
-TASK_FUNCTIONS = {"plan": "PlanningFunction", "commit": "CommitFunction", "settle": "SettlementFunction"}
+TASK_FUNCTIONS = {
+    "plan": "PlanningFunction",
+    "consent": "ConsentFunction",
+    "commit": "CommitFunction",
+    "settle": "SettlementFunction",
+}
+
+
+def consent_input(event: dict[str, Any], token: str) -> dict[str, Any]:
+    """The AwaitConsent state's Payload: the operation, and ``$$.Task.Token``."""
+    fields = ("tenant", "workspace", "installationId", "operationId")
+    return {**{k: event[k] for k in fields}, "taskToken": token}
 
 
 def error_of(exc: BaseException) -> dict[str, str]:
@@ -597,6 +747,7 @@ class OperationsModel(RuleBasedStateMachine):
         self.workspace = f"ws-{next(_workspaces)}"
         self.world = World(self.workspace)
         self.harness.recorded.clear()
+        self.harness.delivered.clear()
         self.harness.now = T0
         self.executions: dict[str, Execution] = {}
         self.keys: list[str] = []
@@ -606,6 +757,7 @@ class OperationsModel(RuleBasedStateMachine):
         self.outcomes: dict[str, tuple[str, str | None]] = {}  # settled outcomes, once seen
         self.versions: dict[str, int] = {}
         self.key_counter = itertools.count()
+        self.decision_keys = itertools.count()
         self.fresh: Stored | None = None
         self.last = "nothing yet"
 
@@ -637,6 +789,22 @@ class OperationsModel(RuleBasedStateMachine):
         assert set(self.executions) == set(self.world.started), (
             f"started executions {sorted(self.executions)} != model {sorted(self.world.started)}"
         )
+        self.follow_tokens()
+
+    def follow_tokens(self) -> None:
+        """Step Functions resumes the execution waiting on a token the service used (success: its output is
+        ``$.plan`` and Commit runs next; failure: Settle, with ``$.error``). A token nothing waits on any more (an
+        earlier attempt's, or one whose execution moved on) is InvalidToken: nothing happens."""
+        for delivery in self.harness.delivered:
+            waiting = [e for e in self.executions.values() if e.next == "approve" and e.token == delivery.token]
+            for execution in waiting:
+                if delivery.error is None:
+                    execution.event["plan"] = delivery.payload
+                    execution.next = "commit"
+                else:
+                    execution.event["error"] = {"Error": delivery.error, "Cause": delivery.payload}
+                    execution.next = "settle"
+        self.harness.delivered.clear()
 
     def new_key(self) -> str:
         key = f"k-{next(self.key_counter)}"
@@ -692,10 +860,12 @@ class OperationsModel(RuleBasedStateMachine):
         world_before = copy.deepcopy(self.world)
         step, op_id = execution.next, execution.op_id
         predicted_error: str | None = None
-        predicted_version: int | None = None
+        predicted: tuple[int, bool] | None = None
         try:
             if step == "plan":
-                predicted_version = self.world.plan_task(op_id)
+                predicted = self.world.plan_task(op_id)
+            elif step == "consent":
+                self.world.consent_task(op_id)
             elif step == "commit":
                 self.world.commit_task(op_id, int(execution.event["plan"]["version"]))
             else:
@@ -705,13 +875,17 @@ class OperationsModel(RuleBasedStateMachine):
             predicted_error = exc.name
         world_after = self.world
         function = TASK_FUNCTIONS[step]
+        payload = dict(execution.event)
+        if step == "consent":  # every attempt of the task gets a token of its own
+            execution.tokens += 1
+            payload = consent_input(execution.event, f"tok-{execution.name}-{execution.tokens}")
         crashed = False
         result: Any = None
         raised: BaseException | None = None
         with contextlib.ExitStack() as stack:
             plan = stack.enter_context(crash_after(crash_at)) if crash_at is not None else None
             try:
-                result = self.invoke(function, dict(execution.event))
+                result = self.invoke(function, payload)
             except InjectedCrash:
                 crashed = True
             except Exception as exc:
@@ -745,18 +919,76 @@ class OperationsModel(RuleBasedStateMachine):
             execution.event["error"] = error_of(raised)
             execution.next = "settle"
         elif step == "plan":
-            assert result["version"] == predicted_version, (result["version"], predicted_version)
+            assert predicted is not None
+            got = (result["version"], result["needsConsent"])
+            assert got == predicted, f"plan of {op_id[:14]} answered (version, needsConsent) {got}, model {predicted}"
+            assert ("consentWindowSeconds" in result) == result["needsConsent"], result
+            if result["needsConsent"]:
+                assert result["consentWindowSeconds"] == self.world.window, result
             execution.event["plan"] = result
-            execution.next = "commit"
+            execution.next = "consent" if result["needsConsent"] else "commit"
+        elif step == "consent":
+            execution.token = payload["taskToken"]  # the task returned: the execution waits on this token
+            execution.next = "approve"
         else:
             execution.event["commit"] = result
             execution.next = "settle"
         self.last = f"{step} of {op_id[:14]}"
         self.collect_started()
 
+    def decide(self, execution: Execution, decision: str) -> None:
+        """An owner decides on the plan the execution's operation waits with (over HTTP, never crashed); the
+        service resumes the execution on its token."""
+        assert execution.next == "approve"
+        op_id = execution.op_id
+        expected = self.world.decide(op_id, decision)
+        self.fresh = None
+        key = f"decision-{next(self.decision_keys)}"
+        response = self.harness.decide(self.workspace, op_id, decision, key)
+        event(f"decide: {decision} → {response.status}")
+        self.last = f"{decision} of {op_id[:14]}"
+        assert (response.status, response.code) == (expected.status, expected.code), (
+            f"{decision} of {op_id[:14]} answered {response.status} {response.body}, model expects {expected}"
+        )
+        self.follow_tokens()
+        if response.status == 200:
+            assert execution.next != "approve", f"{decision} of {op_id[:14]} did not resume its execution"
+            if decision == "approve":
+                assert execution.event["plan"]["version"] == self.world.ops[op_id].version, execution.event["plan"]
+        elif execution.next == "approve":
+            # its operation was superseded, and the admission that did it died before failing the wait: nothing
+            # resumes the execution until the consent window ends
+            assert self.world.ops[op_id].state == "settled", self.world.ops[op_id]
+            execution.event["error"] = dict(CONSENT_TIMEOUT)
+            execution.next = "settle"
+
+    def advance(self, execution: Execution, data: st.DataObject) -> None:
+        """The execution's next step: a task, or (waiting on its token) an owner's decision, or none."""
+        if execution.next != "approve":
+            self.run_task(execution)
+            return
+        decision = data.draw(DECISIONS, label="decision")
+        if decision != "no decision":
+            self.decide(execution, decision)
+            return
+        # no decision within the consent window: every wait times out (its leases, and all others, expire)
+        self.world.now += self.world.window + 1
+        self.harness.now = self.world.now
+        for waiting in self.waiting():
+            waiting.event["error"] = dict(CONSENT_TIMEOUT)
+            waiting.next = "settle"
+        self.last = f"the consent window of {execution.op_id[:14]} ended"
+
     def live_executions(self) -> list[str]:
         # in the order they started (op ids are hashes of the workspace: sorting by them would not replay)
         return [name for name, e in self.executions.items() if e.next != "done"]
+
+    def running_tasks(self) -> list[str]:
+        """Live executions whose next step is a task (not a wait for a decision: the approval is never crashed)."""
+        return [name for name, e in self.executions.items() if e.next not in ("done", "approve")]
+
+    def waiting(self) -> list[Execution]:
+        return [e for e in self.executions.values() if e.next == "approve"]
 
     # -- rules: requests --
 
@@ -801,6 +1033,20 @@ class OperationsModel(RuleBasedStateMachine):
             )
         self.request(Req(inst, action, target, "owner", version, self.new_key()))
 
+    @precondition(lambda self: any(s.holder and s.pending for s in self.world.slots.values()))
+    @rule(data=st.data())
+    def supersede_pending(self, data: st.DataObject) -> None:
+        """Another request on an installation whose holder was deferred (pending): any intent supersedes it, an
+        uninstall of what is not installed too (settled at admission, it frees the slot)."""
+        held = sorted(name for name, s in self.world.slots.items() if s.holder and s.pending)
+        inst = data.draw(st.sampled_from(held), label="deferred holder")
+        action, target = data.draw(
+            st.sampled_from([("put", v) for v in RELEASES] + [("delete", None), ("delete", None), ("rollback", None)]),
+            label="intent",
+        )
+        current = self.world.insts.get(inst)
+        self.request(Req(inst, action, target, "owner", current.version if current else None, self.new_key()))
+
     @rule(data=st.data(), k=CRASH_POINTS)
     def crash_admission(self, data: st.DataObject, k: int) -> None:
         """Admission dies after its k-th AWS call; the client resends with the same key."""
@@ -828,18 +1074,18 @@ class OperationsModel(RuleBasedStateMachine):
     def run_execution(self, data: st.DataObject) -> None:
         execution = self.executions[data.draw(st.sampled_from(self.live_executions()), label="execution")]
         while execution.next != "done":
-            self.run_task(execution)
+            self.advance(execution, data)
 
     @precondition(lambda self: self.live_executions())
     @rule(data=st.data())
     def step_execution(self, data: st.DataObject) -> None:
-        self.run_task(self.executions[data.draw(st.sampled_from(self.live_executions()), label="execution")])
+        self.advance(self.executions[data.draw(st.sampled_from(self.live_executions()), label="execution")], data)
 
-    @precondition(lambda self: self.live_executions())
+    @precondition(lambda self: self.running_tasks())
     @rule(data=st.data(), k=CRASH_POINTS, route=st.booleans())
     def crash_task(self, data: st.DataObject, k: int, route: bool) -> None:
         """The next task dies after its k-th AWS call; then Step Functions retries it or routes to Settle."""
-        execution = self.executions[data.draw(st.sampled_from(self.live_executions()), label="execution")]
+        execution = self.executions[data.draw(st.sampled_from(self.running_tasks()), label="execution")]
         self.run_task(execution, crash_at=k, route=route)
 
     @rule()
@@ -904,6 +1150,44 @@ class OperationsModel(RuleBasedStateMachine):
                 )
         assert stored.live_count == sum(1 for i in stored.insts.values() if i.is_live)
 
+    @invariant()
+    def consent_invariants(self) -> None:
+        stored = self.stored()
+        for op in stored.ops.values():
+            if op.asked is not None and op.committed:
+                assert op.decision == "approve", f"{op.operation_id} committed a plan whose consent is {op.decision}"
+            if op.state == "awaiting_consent":
+                assert op.consent is not None and op.decision is None, f"{op.operation_id} awaits {op.consent}"
+                wait = stored.waits.get(op.installation_id)
+                assert wait is not None and wait["operationId"] == op.operation_id, (
+                    f"{op.operation_id} awaits consent but CONSENT#{op.installation_id} is {wait}"
+                )
+                lease = stored.slots[op.installation_id]["leaseUntil"]
+                assert lease == op.consent["deadline"] == wait["deadline"], (
+                    f"{op.operation_id}: slot lease {lease}, consent deadline {op.consent['deadline']}, "
+                    f"wait deadline {wait['deadline']}"
+                )
+        for inst, row in stored.insts.items():
+            writer = stored.ops.get(row.last_operation_id)
+            if writer is not None and writer.asked is not None:
+                assert writer.decision == "approve", f"{inst} was written by {writer.operation_id}, {writer.consent}"
+        for inst, wait in stored.waits.items():
+            op = stored.ops.get(wait["operationId"])
+            assert op is not None and op.installation_id == inst == wait["installationId"], f"CONSENT#{inst}: {wait}"
+            assert op.state == "awaiting_consent", (
+                f"CONSENT#{inst} names {op.operation_id}, which is {op.state} (phase {op.phase})"
+            )
+            assert op.consent is not None and wait["planDigest"] == op.consent["planDigest"], (wait, op.consent)
+        for execution in self.waiting():
+            op = stored.ops[execution.op_id]
+            if op.state == "settled" and op.superseded_by is not None:
+                continue  # superseded: its wait was failed (or ends with the consent window)
+            wait = stored.waits.get(op.installation_id) or {}
+            assert op.state == "awaiting_consent" and (wait.get("operationId"), wait.get("taskToken")) == (
+                op.operation_id,
+                execution.token,
+            ), f"{execution.name} waits on {execution.token}, but {op.operation_id} is {op.state}, wait {wait}"
+
 
 _workspaces = itertools.count()
 
@@ -925,6 +1209,8 @@ def harness(published, monkeypatch) -> Harness:
     stack, caller = published
     harness = Harness(stack, caller)
     monkeypatch.setattr(workflows, "start", harness.start)
+    monkeypatch.setattr(workflows, "send_task_success", harness.send_task_success)
+    monkeypatch.setattr(workflows, "send_task_failure", harness.send_task_failure)
     monkeypatch.setattr(clock, "now", lambda: harness.now)
     return harness
 
@@ -937,12 +1223,39 @@ def test_operations_against_the_reference_model(harness):
     run_state_machine_as_test(Machine, settings=SETTINGS)
 
 
-# ---- the bugs the model found, as plain regression tests (their minimal sequences) ---------------------------------
+# ---- the bugs the model found (their minimal sequences) and the consent rules, as plain regression tests ----------
 
 
 def _started(harness: Harness) -> dict[str, Any]:
     """The input of the execution admission started last (what the state machine would run)."""
     return dict(harness.recorded[-1][1])
+
+
+_tokens = itertools.count()
+
+
+def _await_consent(harness: Harness, event: dict[str, Any]) -> str:
+    """The AwaitConsent state's task: record the wait with a token of its own (returned)."""
+    token = f"tok-plain-{next(_tokens)}"
+    assert harness.invoke("ConsentFunction", consent_input(event, token))["waiting"] is True
+    return token
+
+
+def _through_consent(harness: Harness, workspace_id: str, event: dict[str, Any]) -> None:
+    """If Plan asked consent: the execution waits with a token, an owner approves the plan, and ``$.plan``
+    becomes what the service sent on the token (the approved operation's version), as the AwaitConsent state's
+    ResultPath has it."""
+    if event["plan"]["needsConsent"]:
+        _approve(harness, workspace_id, event, _await_consent(harness, event))
+
+
+def _approve(harness: Harness, workspace_id: str, event: dict[str, Any], token: str) -> None:
+    """An owner approves the plan the operation waits with; ``$.plan`` = what the service sent on ``token``."""
+    decided = harness.decide(workspace_id, event["operationId"], "approve", f"approve-{token}")
+    assert decided.status == 200, decided.body
+    (delivered,) = [d for d in harness.delivered if d.token == token]
+    assert delivered.error is None, delivered
+    event["plan"] = delivered.payload
 
 
 def _deferred(
@@ -953,13 +1266,16 @@ def _deferred(
     commit_crashes_after: int | None,
     settle_dies_after_its_write: bool = False,
 ) -> dict[str, Any]:
-    """Install hello@1.0.0 as ``key``; Plan runs; Commit dies (after its k-th AWS call, or before it starts);
-    the Catch routes to Settle with a transient error, which defers the operation to pending (optionally dying
-    right after that write, so that Step Functions' Retry runs Settle again with the same input)."""
+    """Install hello@1.0.0 as ``key``; Plan runs (it asks consent for api_read: an owner approves); Commit dies
+    (after its k-th AWS call, or before it starts); the Catch routes to Settle with a transient error, which defers
+    the operation to pending (optionally dying right after that write, so that Step Functions' Retry runs Settle
+    again with the same input)."""
     admitted = harness.send(workspace_id, Req("app", "put", "1.0.0", "owner", None, key))
     assert admitted.status == 202, admitted.body
     event = _started(harness)
     event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    assert event["plan"]["needsConsent"], event["plan"]
+    _through_consent(harness, workspace_id, event)
     if commit_crashes_after is not None:
         with crash_after(commit_crashes_after) as crash, contextlib.suppress(InjectedCrash):
             harness.invoke("CommitFunction", dict(event))
@@ -973,10 +1289,11 @@ def _deferred(
     return event
 
 
-def _run_to_the_end(harness: Harness, event: dict[str, Any]) -> None:
+def _run_to_the_end(harness: Harness, workspace_id: str, event: dict[str, Any]) -> None:
     event = {k: v for k, v in event.items() if k not in ("plan", "commit", "error")}
     try:
         event["plan"] = harness.invoke("PlanningFunction", dict(event))
+        _through_consent(harness, workspace_id, event)
         event["commit"] = harness.invoke("CommitFunction", dict(event))
     except Exception as exc:
         event["error"] = error_of(exc)
@@ -997,7 +1314,7 @@ def test_a_retried_settle_of_a_deferral_keeps_the_operation_resumable(harness):
     assert (str(deferred.state), deferred.phase) == ("pending", "planned"), "the retried Settle lost the phase"
     resumed = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-1"))
     assert (resumed.status, resumed.body["state"]) == (202, "planned"), resumed.body
-    _run_to_the_end(harness, _started(harness))
+    _run_to_the_end(harness, ws, _started(harness))
     final = workspace.get_operation(TENANT, ws, op_id)
     assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final
 
@@ -1036,6 +1353,7 @@ def test_superseding_an_operation_that_already_committed_does_not_report_it_canc
         assert admitted.status == 202, admitted.body
         event = _started(harness)
         event["plan"] = harness.invoke("PlanningFunction", dict(event))
+        _through_consent(harness, ws, event)
         event["commit"] = harness.invoke("CommitFunction", dict(event))
         harness.now += limits().operation_lease_seconds + 1  # Settle has not run when the lease expires
         superseding = Req("app", "put", "1.0.0", "owner", 1, "k-b")  # the same intent
@@ -1050,3 +1368,98 @@ def test_superseding_an_operation_that_already_committed_does_not_report_it_canc
     assert (a.outcome.result, a.outcome.code) == ("succeeded", None), (
         f"A committed installation version 1 but settled {a.outcome}"
     )
+
+
+def test_an_uninstall_of_nothing_supersedes_a_pending_holder_and_frees_the_slot(harness):
+    """An uninstall of what is not installed settles at admission (succeeded / not_installed). If a pending
+    operation holds the slot, the uninstall supersedes it (it settles unconfirmed / cancelled, its consent wait goes
+    with it) and frees the slot with it as the last settled; an operation that is not pending still holds the slot
+    (409 operation_in_progress)."""
+    ws = f"ws-plain-{next(_workspaces)}"
+    admitted = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-a"))
+    assert admitted.status == 202, admitted.body
+    event = _started(harness)
+    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    assert event["plan"]["needsConsent"], event["plan"]
+    _await_consent(harness, event)
+    harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})  # the wait deferred
+    op_a = admitted.body["operationId"]
+
+    uninstalled = harness.send(ws, Req("app", "delete", None, "owner", None, "k-b"))
+    assert uninstalled.status == 200, uninstalled.body
+    assert (uninstalled.body["state"], uninstalled.body["outcome"]["code"]) == ("settled", "not_installed")
+    a = workspace.get_operation(TENANT, ws, op_a)
+    assert a is not None and a.outcome is not None
+    assert (str(a.state), a.outcome.result, a.outcome.code) == ("settled", "unconfirmed", "cancelled"), a
+    assert a.superseded_by == uninstalled.body["operationId"]
+    slot = workspace.get_slot(TENANT, ws, "app")
+    assert slot is not None and (slot.operation_id, slot.last_settled) == (None, op_a), slot
+    assert not [i for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")]
+
+    held = harness.send(ws, Req("tool", "put", "1.2.0", "owner", None, "k-c"))
+    assert held.status == 202, held.body
+    blocked = harness.send(ws, Req("tool", "delete", None, "owner", None, "k-d"))
+    assert (blocked.status, blocked.code, blocked.body["operationId"]) == (
+        409,
+        "operation_in_progress",
+        held.body["operationId"],
+    ), blocked.body
+
+
+def test_a_wait_for_consent_deferred_by_settle_asks_again_when_resumed(harness):
+    """The Consent task's write lands and the task dies; the Catch routes to Settle with a transient error: the
+    operation is deferred in phase planned (not awaiting_consent). The client's retry resumes it, Plan answers the
+    recorded plan, which asks consent again; the new wait (new token, new deadline) is approved and commits."""
+    ws = f"ws-plain-{next(_workspaces)}"
+    admitted = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
+    assert admitted.status == 202, admitted.body
+    event = _started(harness)
+    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    _await_consent(harness, event)
+    harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})
+    op_id = admitted.body["operationId"]
+    deferred = workspace.get_operation(TENANT, ws, op_id)
+    assert deferred is not None and (str(deferred.state), deferred.phase) == ("pending", "planned"), deferred
+
+    harness.now += 3600
+    resumed = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
+    assert (resumed.status, resumed.body["state"], resumed.body["attempt"]) == (202, "planned", 1), resumed.body
+    event = _started(harness)
+    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    assert event["plan"]["needsConsent"], event["plan"]
+    token = _await_consent(harness, event)
+    waiting = workspace.get_operation(TENANT, ws, op_id)
+    assert waiting is not None and waiting.consent is not None and str(waiting.state) == "awaiting_consent"
+    deadline = harness.now + limits().consent_window_seconds
+    assert waiting.consent.deadline == deadline, waiting.consent
+    slot = workspace.get_slot(TENANT, ws, "app")
+    assert slot is not None and slot.lease_until == deadline, slot
+    _approve(harness, ws, event, token)
+    event["commit"] = harness.invoke("CommitFunction", dict(event))
+    harness.invoke("SettlementFunction", dict(event))
+    final = workspace.get_operation(TENANT, ws, op_id)
+    assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final
+    assert final.consent is not None and final.consent.decision == "approve"
+    row = workspace.get_installation(TENANT, ws, "app")
+    assert row is not None and sorted(g.kind for g in row.grants) == ["api_read", "network"], row
+
+
+def test_a_deferred_wait_for_consent_is_no_longer_listed_as_waiting(harness):
+    """Settle defers an operation that awaits consent (its Consent task died after its write). The operation no
+    longer waits (it is pending; a decision on it answers 409 stale_authority), so its consent wait must go: it
+    stays listed by GET …/approvals (and as the installation's pendingConsent) until the operation is resumed or
+    superseded."""
+    ws = f"ws-plain-{next(_workspaces)}"
+    admitted = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-1"))
+    assert admitted.status == 202, admitted.body
+    event = _started(harness)
+    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    _await_consent(harness, event)
+    harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})
+    decided = harness.decide(ws, admitted.body["operationId"], "approve", "k-approve")
+    assert (decided.status, decided.code) == (409, "stale_authority"), decided.body
+
+    listed = harness.caller.get(f"/v1/workspaces/{ws}/approvals")
+    assert listed.status == 200, listed.body
+    assert listed.body["items"] == [], "a pending operation is listed as waiting for a decision"
+    assert not [i for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")]

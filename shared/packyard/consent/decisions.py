@@ -74,13 +74,15 @@ def decide(
             raise StaleAuthority(f"operation {request.operation_id} no longer awaits consent")
         if op is None or op.state is not OperationState.AWAITING_CONSENT or op.consent is None:
             raise StaleAuthority(f"operation {wait.operation_id} no longer awaits consent")
+        now = clock.now()
+        if now >= wait.deadline:
+            raise StaleAuthority(f"the consent window of operation {op.operation_id} has ended", deadline=wait.deadline)
         if request.plan_digest != op.consent.plan_digest:
             raise StaleAuthority(
                 f"operation {op.operation_id} waits with another plan",
                 planDigest=op.consent.plan_digest,
                 operationId=op.operation_id,
             )
-        now = clock.now()
         decided = _decided(op, request, principal, now)
         approval = Approval(
             approval_id=approval_id,

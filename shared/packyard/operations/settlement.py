@@ -153,7 +153,9 @@ def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:
             "updated_at": now,
         }
     )
-    workspace.transition(op, deferred, slot_lease=now, slot_pending=True)
+    workspace.transition(
+        op, deferred, slot_lease=now, slot_pending=True, drop_consent_wait=op.state is OperationState.AWAITING_CONSENT
+    )
     metrics.add_metric(name="OperationsDeferred", unit=MetricUnit.Count, value=1)
     logger.info("operation deferred", extra={"phase": deferred.phase, "errorCode": deferred.error_code})
     return {"settled": False, "pending": True, "phase": deferred.phase, "errorCode": deferred.error_code}

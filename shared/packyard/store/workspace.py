@@ -308,18 +308,39 @@ def admit(
 
 
 def transition(
-    op: Operation, updated: Operation, *, slot_lease: int | None = None, slot_pending: bool | None = None
+    op: Operation,
+    updated: Operation,
+    *,
+    slot_lease: int | None = None,
+    slot_pending: bool | None = None,
+    drop_consent_wait: bool = False,
 ) -> Operation:
     """Write ``updated`` over ``op``, fenced by op.version. With ``slot_lease`` (and ``slot_pending``) the slot is
-    updated in the same transaction, fenced by this operation still holding it."""
+    updated in the same transaction, fenced by this operation still holding it; with ``drop_consent_wait`` its
+    consent wait (if it is this operation's) goes too."""
     items = [operation_put(updated, new=False, expected_version=op.version)]
     if slot_lease is not None:
         items.append(slot_renewal(op, slot_lease, slot_pending))
+    if drop_consent_wait:
+        items.append(consent_wait_deletion(op))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} lost its claim (version {op.version})") from cancelled
     return updated
+
+
+def consent_wait_deletion(op: Operation) -> dict[str, Any]:
+    """Delete the installation's consent wait if it is ``op``'s (an absent one is fine)."""
+    cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
+    return {
+        "Delete": {
+            "TableName": table_name(),
+            "Key": key(cpk, csk),
+            "ConditionExpression": "attribute_not_exists(pk) OR operationId = :op",
+            "ExpressionAttributeValues": marshal({":op": op.operation_id}),
+        }
+    }
 
 
 def slot_renewal(op: Operation, lease_until: int, pending: bool | None) -> dict[str, Any]:
@@ -419,17 +440,7 @@ def settle(
                 }
             )
     if drop_consent_wait:
-        cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
-        items.append(
-            {
-                "Delete": {
-                    "TableName": table_name(),
-                    "Key": key(cpk, csk),
-                    "ConditionExpression": "attribute_not_exists(pk) OR operationId = :op",
-                    "ExpressionAttributeValues": marshal({":op": op.operation_id}),
-                }
-            }
-        )
+        items.append(consent_wait_deletion(op))
     if confirm_installation is not None:
         version, operation_id = confirm_installation
         pk, sk = installation_key(op.tenant, op.workspace, op.installation_id)
