@@ -8,7 +8,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
 from packyard.api.principal import authorize
-from packyard.api.resolver import build_resolver, json_response
+from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
 from packyard.api.workspace_responses import OperationView, PreviewView
 from packyard.authority import Permission
@@ -188,4 +188,4 @@ def preview_installation(
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "install_state_machine_arn"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return serve(app, event, context)

@@ -8,7 +8,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Pat
 
 from packyard.api.consent_responses import ApprovalView, ConsentWaitPage
 from packyard.api.principal import authorize
-from packyard.api.resolver import build_resolver
+from packyard.api.resolver import build_resolver, serve
 from packyard.api.routes import contract
 from packyard.authority import Permission
 from packyard.consent import decisions, waiting
@@ -56,4 +56,4 @@ def decide(
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name",))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return serve(app, event, context)

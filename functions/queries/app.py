@@ -16,7 +16,7 @@ from packyard.api.publishing_responses import (
     ReleaseManifestView,
     ReleasePage,
 )
-from packyard.api.resolver import build_resolver, json_response
+from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
 from packyard.api.workspace_responses import (
     InstallationPage,
@@ -166,4 +166,4 @@ def get_tenant_usage() -> TenantUsageView:
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return serve(app, event, context)

@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from packyard import clock
 from packyard.api.principal import authorize
 from packyard.api.publishing_responses import CreatedUploadView, ExistingReleaseView, ReleaseDetailView, UploadView
-from packyard.api.resolver import build_resolver, json_response
+from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
 from packyard.authority import Permission
 from packyard.errors import (
@@ -96,4 +96,4 @@ def yank_version(package: Annotated[str, Path()], version: Annotated[str, Path()
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name", "publish_state_machine_arn"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return serve(app, event, context)

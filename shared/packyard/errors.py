@@ -65,6 +65,10 @@ class Forbidden(PackyardError):
     status, code, title = 403, "forbidden", "Forbidden"
 
 
+class UnsupportedMediaType(PackyardError):
+    status, code, title = 415, "unsupported_media_type", "Unsupported media type"
+
+
 class NotFound(PackyardError):
     status, code, title = 404, "not_found", "Not found"
 

@@ -61,3 +61,27 @@ def test_rejection_from_a_caught_error_maps_the_error_type_not_the_message():
 def test_rejection_from_an_unknown_failure_is_publish_failed():
     rejection = rejection_from(None, {"Error": "States.Timeout", "Cause": "timed out"})
     assert (rejection.code, rejection.detail) == ("publish_failed", "timed out")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["hello\n", "hello\r", "\nhello", "hel lo", "hell\u0000", "h\u0435llo"],
+    ids=["nl", "cr", "lead-nl", "space", "nul", "cyrillic-e"],
+)
+def test_given_a_package_name_with_a_trailing_newline_or_non_ascii_then_it_is_invalid(name: str) -> None:
+    with pytest.raises(InvalidRequest):
+        check_package_name(name)
+
+
+@pytest.mark.parametrize(
+    "version",
+    ["1.0.0\n", "\u0661.0.0", "1.\u0664.0", "1.0.0-\u0663", "1.0.0+b\u0665"],
+    ids=["nl", "arabic-1", "arabic-4", "pre-arabic", "build-arabic"],
+)
+def test_given_a_version_with_a_trailing_newline_or_non_ascii_digits_then_it_is_invalid(version: str) -> None:
+    with pytest.raises(InvalidRequest):
+        check_version(version)
+
+
+def test_a_version_with_build_metadata_is_valid() -> None:
+    assert check_version("1.0.1+build.5") == "1.0.1+build.5"

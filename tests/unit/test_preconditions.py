@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from packyard.errors import IdempotencyKeyRequired, InvalidRequest
+from packyard.errors import IdempotencyKeyRequired, InvalidRequest, VersionConflict
 from packyard.operations.preconditions import check_idempotency_key, operation_id_for, parse_if_match
 
 PRINTABLE_ASCII = "".join(chr(c) for c in range(0x20, 0x7F))
@@ -21,12 +21,19 @@ OPERATION_ID = re.compile(r"^op-[0-9a-f]{32}$")
         pytest.param('"3"', 3, id="quoted"),
         pytest.param("3", 3, id="unquoted"),
         pytest.param(' "3" ', 3, id="surrounding whitespace"),
-        pytest.param('W/"3"', 3, id="weak tag tolerated"),
         pytest.param('"42"', 42, id="several digits"),
     ],
 )
 def test_given_an_if_match_header_when_parsed_then_it_names_the_version(header, expected):
     assert parse_if_match(header) == expected
+
+
+@pytest.mark.parametrize("header", ['W/"3"', ' W/"3" ', "W/3"], ids=["weak", "weak with spaces", "weak unquoted"])
+def test_given_a_weak_if_match_then_it_never_matches_version_conflict(header):
+    # RFC 9110 13.1.1: If-Match uses the strong comparison function
+    with pytest.raises(VersionConflict) as refused:
+        parse_if_match(header)
+    assert (refused.value.status, refused.value.code) == (412, "version_conflict")
 
 
 @pytest.mark.parametrize(

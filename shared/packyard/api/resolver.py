@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import (
+    RequestUnsupportedContentType,
+    RequestValidationError,
+)
 
+from packyard.api import json_body
 from packyard.api.principal import authorize
-from packyard.errors import InvalidRequest, NotFound, PackyardError
+from packyard.errors import InvalidRequest, NotFound, PackyardError, UnsupportedMediaType
 from packyard.observability import logger
 
 PROBLEM_JSON = "application/problem+json"
@@ -33,8 +38,18 @@ def json_response(status: int, body: Any, headers: dict[str, str] | None = None)
     return Response(status_code=status, content_type="application/json", body=body, headers=headers)
 
 
+def _issue(issue: Any) -> dict[str, str]:
+    """A validation issue as the problem body lists it: where, what kind, and (for a body that is not acceptable
+    JSON) why."""
+    described = {"location": ".".join(str(part) for part in issue.get("loc", ())), "type": str(issue.get("type", ""))}
+    reason = (issue.get("ctx") or {}).get("error")
+    if issue.get("type") == "json_invalid" and reason:
+        described["reason"] = str(reason)
+    return described
+
+
 def build_resolver() -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver(enable_validation=True)
+    app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=json_body.loads)
 
     # Powertools' decorators are untyped: the handlers they register are still checked as written
     @app.exception_handler(PackyardError)  # type: ignore[untyped-decorator]
@@ -51,14 +66,39 @@ def build_resolver() -> APIGatewayHttpResolver:
             authorize(app)
         except PackyardError as refused:
             return problem_response(refused, headers=refused.headers or None)
-        issues = [
-            {"location": ".".join(str(part) for part in issue.get("loc", ())), "type": issue.get("type", "")}
-            for issue in error.errors()
-        ]
+        issues = [_issue(issue) for issue in error.errors()]
         return problem_response(InvalidRequest("request failed validation", errors=issues))
+
+    @app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
+    def _unsupported_media_type(error: RequestUnsupportedContentType) -> Response[str]:
+        try:
+            authorize(app)
+        except PackyardError as refused:
+            return problem_response(refused, headers=refused.headers or None)
+        return problem_response(UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json"))
+
+    @app.exception_handler(UnicodeDecodeError)  # type: ignore[untyped-decorator]
+    def _not_utf8(_: UnicodeDecodeError) -> Response[str]:
+        return problem_response(InvalidRequest("the body is not UTF-8"))
 
     @app.not_found
     def _route_not_found(_: NotFoundError) -> Response[str]:
         return problem_response(NotFound("no such route"))
 
     return app
+
+
+def serve(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Resolve an HTTP API event. Path parameters are matched on the percent-decoded path, as API Gateway decodes
+    them (``1.0.1%2Bbuild.5`` is version ``1.0.1+build.5``); a decoded ``/`` matches no route (ids never hold one)."""
+    raw_path = event.get("rawPath")
+    if isinstance(raw_path, str) and "%" in raw_path:
+        event = {**event, "rawPath": unquote(raw_path)}
+    headers = event.get("headers") or {}
+    media_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
+    if event.get("body") and media_type and media_type != "application/json" and not media_type.endswith("+json"):
+        # bodies are JSON only: Powertools would try to parse forms and multipart (and fail on a missing boundary);
+        # an unknown type makes it refuse with 415, answered as problem+json once the caller is authorized
+        event = {**event, "headers": {**headers, "content-type": "application/x-packyard-refused"}}
+    answer: dict[str, Any] = app.resolve(event, context)
+    return answer

@@ -18,18 +18,18 @@ from packyard.errors import InvalidRequest
 from packyard.installations.grants import Grant
 from packyard.installations.scopes import Scope
 
-INSTALLATION_ID = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
-WORKSPACE_ID = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
+INSTALLATION_ID = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?", re.ASCII)
+WORKSPACE_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?", re.ASCII)
 
 
 def check_installation_id(value: str) -> str:
-    if not INSTALLATION_ID.match(value):
+    if not INSTALLATION_ID.fullmatch(value):
         raise InvalidRequest(f"installation id {value!r} must be 1-64 chars of a-z, 0-9, '.', '_', '-'")
     return value
 
 
 def check_workspace_id(value: str) -> str:
-    if not WORKSPACE_ID.match(value):
+    if not WORKSPACE_ID.fullmatch(value):
         raise InvalidRequest(f"workspace id {value!r} must be 1-128 chars of letters, digits, '.', '_', '-'")
     return value
 

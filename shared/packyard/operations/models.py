@@ -4,14 +4,18 @@ operation's own ``version``."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from packyard.installations.models import Installation, ReleaseRef
 from packyard.installations.scopes import Scope
+
+# an installation's config is stored with it and with its operations (well within DynamoDB's 400 KB item)
+MAX_CONFIG_BYTES = 16 * 1024
 
 
 class OperationKind(StrEnum):
@@ -68,10 +72,37 @@ class InstallRequest(BaseModel):
     package: str = Field(min_length=1, max_length=64)
     version: str = Field(min_length=1, max_length=128)
     scope: Scope = Field(default_factory=Scope)
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(
+        default_factory=dict, description=f"free-form JSON object, at most {MAX_CONFIG_BYTES} bytes as compact JSON"
+    )
     intent: Intent = Intent.INSTALL_OR_SELECT
     origin: Literal["owner", "workflow"] = "owner"
     plan_digest: str | None = Field(default=None, alias="planDigest", pattern=r"^[0-9a-f]{64}$")
+
+    @field_validator("config")
+    @classmethod
+    def _config_fits(cls, config: dict[str, Any]) -> dict[str, Any]:
+        """Checked up front: a config that cannot be stored with the installation is refused here, not admitted
+        and then failed."""
+        size = len(json.dumps(config, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > MAX_CONFIG_BYTES:
+            raise ValueError(f"config is {size} bytes as compact JSON; the limit is {MAX_CONFIG_BYTES}")
+        if _has_empty_key(config):
+            raise ValueError("config objects may not have an empty key")
+        return config
+
+
+def _has_empty_key(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if "" in item:
+                return True
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 class ChangeRequest(BaseModel):

@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any
 
-from packyard.errors import IdempotencyKeyRequired, InvalidRequest
+from packyard.errors import IdempotencyKeyRequired, InvalidRequest, VersionConflict
 
 MAX_IDEMPOTENCY_KEY = 255
 
@@ -28,7 +28,8 @@ def parse_if_match(value: str | None) -> int | None:
         return None
     raw = value.strip()
     if raw.startswith("W/"):
-        raw = raw[2:]
+        # RFC 9110: If-Match compares strongly, and a weak entity tag never matches
+        raise VersionConflict(f'If-Match {value!r} is a weak entity tag, which never matches; send "<version>"')
     raw = raw.strip('"')
     if not (raw.isascii() and raw.isdigit()):
         raise InvalidRequest(f'If-Match must be an installation version such as "3", got {value!r}')

@@ -130,12 +130,17 @@ def _unsafe(path: str, why: str) -> ArchiveRejected:
     return ArchiveRejected(ArchiveRejectCode.UNSAFE_PATH, f"unsafe path {show_path(path)}: {why}")
 
 
+# control (C0, C1, DEL), format (bidi overrides, zero-width), line and paragraph separators
+UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
+
+
 def check_path(path: str, limits: Limits) -> str:
     """Return ``path`` if it is a safe, relative, already normalised package path; raise ``UNSAFE_PATH`` if not.
 
     Rules: not empty; valid Unicode (no surrogates, so it encodes to UTF-8); at most ``limits.max_path_length``
-    UTF-8 bytes; no backslash; no control characters (below 0x20, or 0x7f); not absolute (no leading ``/``, no
-    Windows drive prefix such as ``C:``); no trailing ``/``; no empty, ``.`` or ``..`` segments.
+    UTF-8 bytes; no backslash; no control, format, line- or paragraph-separator character (Unicode categories Cc,
+    Cf, Zl, Zp: C0 and C1 controls, DEL, bidi overrides, zero-width characters, U+2028/U+2029); not absolute (no
+    leading ``/``, no Windows drive prefix such as ``C:``); no trailing ``/``; no empty, ``.`` or ``..`` segments.
     """
     if not isinstance(path, str) or not path:
         raise ArchiveRejected(ArchiveRejectCode.UNSAFE_PATH, f"unsafe path {path!r}: empty")
@@ -147,8 +152,12 @@ def check_path(path: str, limits: Limits) -> str:
         raise _unsafe(path, f"{len(encoded)} bytes long, limit is {limits.max_path_length}")
     if "\\" in path:
         raise _unsafe(path, "contains a backslash")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
-        raise _unsafe(path, "contains a control character")
+    unsafe = next((ch for ch in path if unicodedata.category(ch) in UNSAFE_CATEGORIES), None)
+    if unsafe is not None:
+        raise _unsafe(
+            path,
+            f"contains U+{ord(unsafe):04X} ({unicodedata.category(unsafe)}: a control, format or separator character)",
+        )
     if path.startswith("/"):
         raise _unsafe(path, "absolute")
     if len(path) >= 2 and path[1] == ":" and path[0].isascii() and path[0].isalpha():

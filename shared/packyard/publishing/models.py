@@ -15,18 +15,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from packyard.errors import InvalidRequest
 
-PACKAGE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?$")
+# full matches over ASCII classes: "$" would accept a trailing newline, "\\d" non-ASCII digits
+PACKAGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,62}[a-z0-9])?", re.ASCII)
 # semver 2.0.0, from the spec's grammar (no leading zeros in numeric identifiers)
 SEMVER = re.compile(
-    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
-    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?",
+    re.ASCII,
 )
-SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+SHA256_HEX = re.compile(r"[0-9a-f]{64}", re.ASCII)
 
 
 def check_package_name(name: str) -> str:
-    if not PACKAGE_NAME.match(name):
+    if not isinstance(name, str) or not PACKAGE_NAME.fullmatch(name):
         raise InvalidRequest(
             f"package name {name!r} must be 1-64 chars of a-z, 0-9, '.', '_', '-', starting and ending alphanumeric"
         )
@@ -34,14 +36,14 @@ def check_package_name(name: str) -> str:
 
 
 def check_version(version: str) -> str:
-    if len(version) > 128 or not SEMVER.match(version):
+    if not isinstance(version, str) or len(version) > 128 or not SEMVER.fullmatch(version):
         raise InvalidRequest(f"version {version!r} is not a semantic version (e.g. 1.2.3 or 1.2.3-rc.1)")
     return version
 
 
 def semver_key(version: str) -> tuple[Any, ...]:
     """Sort key following semver precedence (build metadata ignored, pre-releases before the release)."""
-    match = SEMVER.match(version)
+    match = SEMVER.fullmatch(version)
     if not match:
         return (0, 0, 0, 0, ())
     major, minor, patch, pre = int(match[1]), int(match[2]), int(match[3]), match[4]

@@ -8,7 +8,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard import clock
-from packyard.errors import ArchiveRejected, ClaimLost, NotFound, PackyardError, VersionExists
+from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost, NotFound, PackyardError, VersionExists
 from packyard.observability import logger, metrics, tracer
 from packyard.publishing.models import Rejection, Upload, UploadState
 from packyard.publishing.uploads import retained_until
@@ -62,7 +62,13 @@ def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None)
     error_type = str(error.get("Error", "States.Unknown"))
     code = _ERROR_CODES.get(error_type, "publish_failed")
     detail = caught_error_message(error) or error_type
-    return Rejection(code=code, detail=detail)
+    sub_code = None
+    if error_type == ArchiveRejected.__name__:
+        # an ArchiveRejected reads "<sub-code>: <detail>" (its str), e.g. the stored bytes changed before publish
+        named, _, rest = detail.partition(": ")
+        if named in {str(code) for code in ArchiveRejectCode}:
+            sub_code, detail = named, rest
+    return Rejection(code=code, sub_code=sub_code, detail=detail)
 
 
 def _discard_staging(upload: Upload) -> None:

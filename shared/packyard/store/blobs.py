@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from packyard.config import required
-from packyard.errors import TransientStoreError
+from packyard.errors import ArchiveRejectCode, ArchiveRejected
 from packyard.store.aws import client, error_code, translate
 
 STREAM_CHUNK = 1024 * 1024
@@ -109,7 +109,8 @@ def head(key: str) -> dict[str, Any] | None:
 
 def copy_verified(source_key: str, source_etag: str, target_key: str, sha256_hex: str) -> None:
     """Server-side copy of exactly the bytes the verifier read (pinned by ETag), asking S3 for a SHA-256
-    checksum of the copy; a checksum that differs from the verified digest is refused."""
+    checksum of the copy. Bytes that changed since they were verified (another ETag, or a copy whose checksum
+    differs from the verified digest) are refused at once (``digest_mismatch``): retrying would not change them."""
     try:
         response = _s3().copy_object(
             Bucket=bucket(),
@@ -121,11 +122,17 @@ def copy_verified(source_key: str, source_etag: str, target_key: str, sha256_hex
             ContentType="application/gzip",
         )
     except Exception as exc:
+        if error_code(exc) in ("PreconditionFailed", "412"):
+            raise ArchiveRejected(
+                ArchiveRejectCode.DIGEST_MISMATCH, "the stored archive changed after it was verified"
+            ) from exc
         raise _translate(exc) from exc
     checksum = response.get("CopyObjectResult", {}).get("ChecksumSHA256")
     if checksum and checksum.split("-")[0] != _b64(sha256_hex):
         delete(target_key)
-        raise TransientStoreError(f"copy of {source_key} produced checksum {checksum}, expected {_b64(sha256_hex)}")
+        raise ArchiveRejected(
+            ArchiveRejectCode.DIGEST_MISMATCH, "the stored archive's checksum differs from the verified digest"
+        )
 
 
 def delete(key: str) -> None:
