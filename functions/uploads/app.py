@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 
 from packyard import clock
 from packyard.api.principal import authorize
@@ -16,6 +16,7 @@ from packyard.authority import Permission
 from packyard.errors import (
     ArchiveRejected,
     ClaimLost,
+    IdempotencyKeyReused,
     InvalidRequest,
     NotFound,
     QuotaExceeded,
@@ -39,15 +40,18 @@ app = build_resolver()
             201: ("A new upload session: PUT the archive to upload.url, then POST links.complete", CreatedUploadView),
             200: ("This exact content is already published: nothing to upload", ExistingReleaseView),
         },
-        (InvalidRequest, ArchiveRejected, VersionExists, QuotaExceeded),
+        (InvalidRequest, ArchiveRejected, VersionExists, QuotaExceeded, IdempotencyKeyReused),
     ),
 )
 def create_upload(
     package: Annotated[str, Path()],
     version: Annotated[str, Path()],
     request: Annotated[uploads.CreateUploadRequest, Body()],
+    idempotency_key: Annotated[
+        str | None, Header(alias="idempotency-key", description="optional: a retry with it answers the same session")
+    ] = None,
 ) -> Response[CreatedUploadView | ExistingReleaseView]:
-    created = uploads.create_upload(authorize(app), package, version, request)
+    created = uploads.create_upload(authorize(app), package, version, request, idempotency_key=idempotency_key)
     if isinstance(created, Release):
         return json_response(200, ExistingReleaseView.of(created))
     view = CreatedUploadView.of(created.upload, clock.now(), created.upload_url)

@@ -151,3 +151,21 @@ def test_given_bytes_swapped_after_verification_then_rejected_at_once_with_diges
     assert (final["rejection"]["code"], final["rejection"]["subCode"]) == ("archive_rejected", "digest_mismatch")
     assert devstack.retry_clock().waits == []  # refused at once, never retried as if transient
     assert acme.get("/v1/packages/hello/versions/1.0.0").status == 404
+
+
+def test_given_the_same_idempotency_key_then_one_upload_session_and_one_reservation(stack, acme: Caller) -> None:
+    from tests.support.callers import used_bytes
+
+    built = build_from_files({"SKILL.md": b"once\n"})
+    path = "/v1/packages/hello/versions/1.0.0/uploads"
+    first = acme.post(path, built.upload_request(), headers={"Idempotency-Key": "k-upload"})
+    reserved = used_bytes(stack, "t-acme")
+    again = [acme.post(path, built.upload_request(), headers={"Idempotency-Key": "k-upload"}) for _ in range(2)]
+
+    assert [s.status for s in (first, *again)] == [201, 201, 201]
+    assert {s.body["uploadId"] for s in again} == {first.body["uploadId"]}
+    assert reserved > 0 and used_bytes(stack, "t-acme") == reserved  # one session's reservation, not three
+    other = build_from_files({"SKILL.md": b"something else\n"})
+    reused = acme.post(path, other.upload_request(), headers={"Idempotency-Key": "k-upload"})
+    assert (reused.status, reused.body["code"]) == (422, "idempotency_key_reused")
+    assert used_bytes(stack, "t-acme") == reserved

@@ -108,6 +108,8 @@ class Upload(BaseModel):
     rejection: Rejection | None = None
     settled_at: int | None = Field(default=None, alias="settledAt")
     created_by: str | None = Field(default=None, alias="createdBy")
+    # the request an Idempotency-Key created it for (a replay with another request is refused)
+    request_digest: str | None = Field(default=None, alias="requestDigest")
 
     @property
     def is_verifying(self) -> bool:

@@ -22,12 +22,16 @@ from packyard.errors import (
     ArchiveRejectCode,
     ArchiveRejected,
     ClaimLost,
+    IdempotencyKeyReused,
     QuotaExceeded,
+    TransientStoreError,
     UploadExpired,
     UploadIncomplete,
     VersionExists,
 )
 from packyard.observability import logger, metrics, tracer
+from packyard.operations.preconditions import check_idempotency_key
+from packyard.operations.preconditions import digest as digest_of
 from packyard.publishing.manifest import canonical_manifest_bytes, content_digest, manifest_digest, parse_manifest
 from packyard.publishing.models import (
     ArchiveSource,
@@ -71,13 +75,29 @@ def retained_until(settled_at: int) -> int:
 
 @tracer.capture_method(capture_response=False)
 def create_upload(
-    principal: Principal, package: str, version: str, request: CreateUploadRequest
+    principal: Principal,
+    package: str,
+    version: str,
+    request: CreateUploadRequest,
+    *,
+    idempotency_key: str | None = None,
 ) -> CreatedUpload | Release:
     """A new upload session, or the release itself when this exact content is already published (nothing to do).
-    The session records its subject: the release's publisher."""
+    The session records its subject: the release's publisher. With an Idempotency-Key, the session's id is derived
+    from it: the same key with the same request answers the same session (one reservation), with another request
+    ``422 idempotency_key_reused``."""
     tenant = principal.tenant
     check_package_name(package)
     check_version(version)
+    request_digest = digest_of(
+        {"package": package, "version": version, **request.model_dump(mode="json", by_alias=True)}
+    )
+    upload_id = uuid.uuid4().hex
+    if idempotency_key is not None:
+        upload_id = upload_id_for(tenant, check_idempotency_key(idempotency_key))
+        replayed = _replayed(tenant, upload_id, request_digest)
+        if replayed is not None:
+            return replayed
     logger.append_keys(tenant=tenant, package=package, version=version)
     bounds = limits()
     manifest = parse_manifest(request.manifest, bounds)
@@ -102,7 +122,7 @@ def create_upload(
     now = clock.now()
     upload = Upload(
         tenant=tenant,
-        upload_id=uuid.uuid4().hex,
+        upload_id=upload_id,
         token=secrets.token_hex(16),
         package=package,
         version=version,
@@ -117,6 +137,7 @@ def create_upload(
         created_at=now,
         expires_at=now + bounds.upload_ttl_seconds,
         created_by=principal.subject or None,
+        request_digest=request_digest if idempotency_key is not None else None,
     )
     if upload.reserved_bytes > bounds.tenant_quota_bytes:
         # with no ledger yet, the store's condition would pass: a request larger than the whole quota never fits
@@ -129,7 +150,12 @@ def create_upload(
     logger.append_keys(uploadId=upload.upload_id)
     # The staged manifest is written first: if we die before the session exists, the lifecycle rule reclaims it.
     blobs.put_bytes(blobs.staged_manifest_key(tenant, upload.upload_id, upload.token), manifest_bytes, digest)
-    catalog.create_upload(upload, quota_bytes=bounds.tenant_quota_bytes)
+    if not catalog.create_upload(upload, quota_bytes=bounds.tenant_quota_bytes):
+        # the same key created it meanwhile (a concurrent retry): answer that session
+        replayed = _replayed(tenant, upload.upload_id, request_digest)
+        if replayed is None:
+            raise TransientStoreError(f"upload {upload.upload_id} vanished while replaying its key")
+        return replayed
     metrics.add_metric(name="UploadSessionsCreated", unit=MetricUnit.Count, value=1)
     logger.info("upload session created", extra={"source": str(source), "reservedBytes": upload.reserved_bytes})
     url = None
@@ -137,6 +163,27 @@ def create_upload(
         key = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
         url = blobs.presigned_put(key, bounds.upload_ttl_seconds)
     return CreatedUpload(upload=upload, upload_url=url)
+
+
+def upload_id_for(tenant: str, key: str) -> str:
+    """Deterministic: the same (tenant, Idempotency-Key) always names the same session."""
+    return digest_of({"tenant": tenant, "upload": key})[:32]
+
+
+def _replayed(tenant: str, upload_id: str, request_digest: str) -> CreatedUpload | None:
+    """The session this key already created, answered again (with a fresh upload URL while one is needed)."""
+    existing = catalog.find_upload(tenant, upload_id)
+    if existing is None:
+        return None
+    if existing.request_digest != request_digest:
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key already used for a different upload request (upload {upload_id})", uploadId=upload_id
+        )
+    url = None
+    if existing.state is UploadState.AWAITING_UPLOAD and existing.source is ArchiveSource.UPLOAD:
+        key = blobs.staged_archive_key(tenant, existing.upload_id, existing.token)
+        url = blobs.presigned_put(key, limits().upload_ttl_seconds)
+    return CreatedUpload(upload=existing, upload_url=url)
 
 
 def get_upload(tenant: str, upload_id: str) -> Upload:

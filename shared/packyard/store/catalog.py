@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from packyard.errors import ClaimLost, NotFound, QuotaExceeded, StoredItemInvalid
+from packyard.errors import ClaimLost, NotFound, QuotaExceeded
 from packyard.publishing.models import Package, Release, ReleaseStatus, Upload, UploadState
 from packyard.store import due, dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
@@ -49,6 +49,11 @@ def usage_key(tenant: str) -> tuple[str, str]:
 
 
 # ---- reads -------------------------------------------------------------------------------------------------------
+
+
+def find_upload(tenant: str, upload_id: str) -> Upload | None:
+    item = dynamo.get(*upload_key(tenant, upload_id))
+    return from_item(Upload, item) if item else None
 
 
 def get_upload(tenant: str, upload_id: str) -> Upload:
@@ -142,7 +147,7 @@ def _mark_published(upload: Upload, now: int, retain_until: int) -> dict[str, An
     )
 
 
-def create_upload(upload: Upload, *, quota_bytes: int) -> None:
+def create_upload(upload: Upload, *, quota_bytes: int) -> bool:
     """Record the session and reserve its bytes against the tenant's quota, in one transaction: the ledger may
     only grow while ``usedBytes <= quota - reserved`` (conditions cannot add)."""
     pk, sk = upload_key(upload.tenant, upload.upload_id)
@@ -186,7 +191,8 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> None:
                 limitBytes=quota_bytes,
                 requestedBytes=n,
             ) from cancelled
-        raise StoredItemInvalid(f"upload id {upload.upload_id} collided") from cancelled
+        return False  # a session of this id exists already (a retry of the same Idempotency-Key)
+    return True
 
 
 def start_verifying(upload: Upload, execution_arn: str, *, check_by: int) -> Upload:
