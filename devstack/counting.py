@@ -19,6 +19,15 @@ What counts
 requests the code made, not of HTTP attempts. Calls from any thread count (moto runs Step Functions
 executions on background threads). The ``lambda:Invoke`` calls moto's Step Functions interpreter makes to
 run Task states are not requests of the code under test: they go to ``counter.dispatched`` instead.
+
+Recording calls for IAM
+-----------------------
+:func:`record_aws_calls` keeps every call with its API parameters (bodies dropped) and who made it: the logical id
+of the function whose handler is running (:func:`invoking` marks it, in a context variable, so calls on moto's
+execution threads and concurrent handlers are told apart), or None for the test itself and devstack. A second inert
+hook, on ``before-parameter-build``, sees what ``before-call`` never does: a presigned URL (signed, never sent) is
+recorded with ``presigned=True``; a third, on ``after-call``, notes how AWS answered (``outcome``).
+:mod:`devstack.iam` maps the calls to IAM actions and checks them against the template's roles.
 """
 
 from __future__ import annotations
@@ -26,8 +35,10 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -35,9 +46,14 @@ from botocore.handlers import BUILTIN_HANDLERS
 
 _HOOK_ID = "devstack-counting"
 _CONTEXT_MARK = "devstack_counted"
+_RECORD_HOOK_ID = "devstack-recording"
+_RECORD_MARK = "devstack_recorded"
+_RECORDED_CALL = "devstack_recorded_call"
 
 _lock = threading.Lock()
 _active: list[RequestCounter] = []
+_recorders: list[CallRecorder] = []
+_current_function: ContextVar[str | None] = ContextVar("devstack_current_function", default=None)
 
 
 class RequestCounter(Counter[tuple[str, str]]):
@@ -105,8 +121,10 @@ def _on_before_call(model: Any = None, context: Any = None, **_: Any) -> None:
 
 
 def observe(client: Any) -> Any:
-    """Add the counting hook to a client created before this module was imported. Returns the client."""
+    """Add the counting and recording hooks to a client created before this module was imported. Returns it."""
     client.meta.events.register("before-call", _on_before_call, unique_id=_HOOK_ID)
+    client.meta.events.register("before-parameter-build", _on_before_parameter_build, unique_id=_RECORD_HOOK_ID)
+    client.meta.events.register("after-call", _on_after_call, unique_id=_RECORD_HOOK_ID + "-outcome")
     return client
 
 
@@ -123,5 +141,114 @@ def count_aws_requests() -> Iterator[RequestCounter]:
             _active.remove(counter)
 
 
+# ------------------------------------------------------------------ recording calls, with who made them
+
+
+@contextmanager
+def invoking(function: str) -> Iterator[None]:
+    """AWS calls made inside the block (in this thread or task) are made by ``function`` (a logical id). The
+    in-process Lambda dispatcher wraps each handler call in it; nested invocations restore the outer one."""
+    token = _current_function.set(function)
+    try:
+        yield
+    finally:
+        _current_function.reset(token)
+
+
+def current_function() -> str | None:
+    """The logical id of the function whose handler is running here, if any."""
+    return _current_function.get()
+
+
+@dataclass(frozen=True)
+class AwsCall:
+    """One API call (or one presigned URL) as the code made it."""
+
+    principal: str | None  # logical id of the function whose handler made it; None: the test or devstack
+    service: str  # botocore's service name: "dynamodb", "s3", "stepfunctions", "lambda"
+    operation: str  # "TransactWriteItems", "PutObject", …
+    params: Mapping[str, Any] = field(default_factory=dict)  # the API parameters, without Body
+    presigned: bool = False  # a URL was signed for it; no request was sent
+    internal: bool = False  # moto's Step Functions interpreter invoking a Task's Lambda function
+    # how AWS answered, once it has: {"status": 404, "error": "NoSuchKey"} (empty for a presigned URL)
+    outcome: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class CallRecorder:
+    """The calls made while :func:`record_aws_calls` was active, oldest first."""
+
+    calls: list[AwsCall] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, call: AwsCall) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def of(self, principal: str | None) -> list[AwsCall]:
+        with self._lock:
+            return [c for c in self.calls if c.principal == principal]
+
+    def principals(self) -> set[str]:
+        with self._lock:
+            return {c.principal for c in self.calls if c.principal is not None}
+
+
+def _on_before_parameter_build(params: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
+    if not _recorders or model is None:
+        return None
+    if isinstance(context, dict):
+        if context.get(_RECORD_MARK):
+            return None
+        context[_RECORD_MARK] = True
+    presigned = bool(isinstance(context, dict) and context.get("is_presign_request"))
+    service = model.service_model.service_name
+    kept = {k: v for k, v in (params or {}).items() if k != "Body"}
+    call = AwsCall(
+        principal=_current_function.get(),
+        service=service,
+        operation=model.name,
+        params=kept,
+        presigned=presigned,
+        internal=service == "lambda" and _issued_by_moto(),
+    )
+    with _lock:
+        recorders = list(_recorders)
+    for recorder in recorders:
+        recorder.add(call)
+    if isinstance(context, dict):
+        context[_RECORDED_CALL] = call
+    return None
+
+
+def _on_after_call(http_response: Any = None, parsed: Any = None, context: Any = None, **_: Any) -> None:
+    """Note how AWS answered a recorded call (a 404 of a read tells IAM it needs s3:ListBucket, see devstack.iam)."""
+    call = context.get(_RECORDED_CALL) if isinstance(context, dict) else None
+    if call is None or call.outcome:
+        return None
+    call.outcome["status"] = int(getattr(http_response, "status_code", 0) or 0)
+    error = (parsed or {}).get("Error", {}).get("Code") if isinstance(parsed, dict) else None
+    if error:
+        call.outcome["error"] = str(error)
+    return None
+
+
+@contextmanager
+def record_aws_calls() -> Iterator[CallRecorder]:
+    """Record every AWS call (and presigned URL) made while the block runs, with the function that made it."""
+    recorder = CallRecorder()
+    with _lock:
+        _recorders.append(recorder)
+    try:
+        yield recorder
+    finally:
+        with _lock:
+            _recorders.remove(recorder)
+
+
 if ("before-call", _on_before_call) not in BUILTIN_HANDLERS:
     BUILTIN_HANDLERS.append(("before-call", _on_before_call))
+if ("before-parameter-build", _on_before_parameter_build) not in BUILTIN_HANDLERS:
+    BUILTIN_HANDLERS.append(("before-parameter-build", _on_before_parameter_build))
+if ("after-call", _on_after_call) not in BUILTIN_HANDLERS:
+    BUILTIN_HANDLERS.append(("after-call", _on_after_call))
