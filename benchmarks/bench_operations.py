@@ -88,7 +88,8 @@ def recorded_starts() -> Iterator[list[str]]:
 def packyard_rows(stack: devstack.Stack) -> list[Row]:
     caller = Caller(LocalApi(stack), "t-bench")
     for version, text in (("1.0.0", "one"), ("1.1.0", "two")):
-        built = build_from_files({"SKILL.md": f"{text}\n".encode()}, permissions=[{"kind": "api_read"}])
+        # no permissions declared: an owner's install then needs no consent, and the lifecycle is the plain one
+        built = build_from_files({"SKILL.md": f"{text}\n".encode()})
         assert caller.publish("hello", version, built)["state"] == "published"
     machine = stack.state_machine_arns["InstallStateMachine"]
     prefix, _, name = machine.partition(":stateMachine:")

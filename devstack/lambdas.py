@@ -36,6 +36,7 @@ from typing import Any
 from moto.awslambda.models import LambdaBackend
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
+from devstack import counting, moto_fixes
 from devstack.template import ROOT, FunctionSpec, Stack
 
 _PATCHED_CLASSES: tuple[type, ...] = (LambdaBackend, LambdaSimpleBackend)
@@ -95,7 +96,10 @@ def register(spec: FunctionSpec) -> None:
 
 
 def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> None:
-    """Patch moto's Lambda backends (idempotent) and register the stack's functions plus ``extra`` ones."""
+    """Patch moto's Lambda backends (idempotent) and register the stack's functions plus ``extra`` ones. Also
+    applies :mod:`devstack.moto_fixes` (flat memory, transactions without table copies): every local runtime
+    installs the dispatcher, so every one gets them."""
+    moto_fixes.install()
     with _lock:
         for cls in _PATCHED_CLASSES:
             if cls not in _originals:
@@ -114,6 +118,7 @@ def uninstall() -> None:
         _functions.clear()
         _modules.clear()
         _invocations.clear()
+    moto_fixes.uninstall()
 
 
 @contextmanager
@@ -256,7 +261,8 @@ def _container(spec: FunctionSpec) -> Iterator[Callable[[Any, Any], Any]]:
         with _import_lock:
             module = _import_by_path(spec, module_path)
     try:
-        yield getattr(module, attribute)
+        with counting.invoking(spec.logical_id):  # AWS calls made by the handler are attributed to its function
+            yield getattr(module, attribute)
     finally:
         with _lock:
             _modules.setdefault(key, []).append(module)

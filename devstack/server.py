@@ -12,9 +12,10 @@ What API Gateway does in front of the deployed functions, in the same order:
 Besides the API it serves ``GET /openapi.json`` (generated from the handlers, see :mod:`devstack.openapi`) and a
 Swagger UI at ``GET /docs`` whose assets come from Powertools' bundled copy (no CDN, works offline).
 
-Handlers are invoked one at a time: a Powertools resolver keeps the current event on the module-level ``app``,
-which is safe on Lambda (one event per instance at a time) but not across threads. Step Functions tasks still
-run concurrently on moto's threads, as they would on AWS.
+Requests are served concurrently, one thread per connection, with no lock around the handlers: a Powertools resolver
+keeps the current event on its module-level ``app``, so each invocation runs on a module instance of its own
+(:func:`devstack.lambdas.invoke_handler` keeps a pool per function and imports another instance when all are busy,
+as Lambda starts another execution environment). Step Functions tasks run concurrently on moto's threads the same way.
 """
 
 from __future__ import annotations
@@ -100,7 +101,6 @@ class LocalApiServer(ThreadingHTTPServer):
         self._openapi = openapi
         self._openapi_cache: bytes | None = None
         self._openapi_lock = threading.Lock()
-        self.invoke_lock = threading.Lock()
 
     @property
     def url(self) -> str:
@@ -247,8 +247,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
         event = self._event(path, query, body, claims_as_api_gateway_passes_them(claims))
         try:
-            with self.server.invoke_lock:
-                response = api.call(event)
+            response = api.call(event)  # no lock: each concurrent invocation gets its own module instance
         except Exception:
             self.server.log(f"{self.command} {path}: the handler raised\n{traceback.format_exc()}")
             return 500, {"Content-Type": "application/json"}, b'{"message":"Internal Server Error"}', []

@@ -131,7 +131,7 @@ def test_state_machine_and_environment_come_from_the_template(stack: Stack) -> N
     for state, function in (("Verify", "VerifyFunction"), ("Publish", "PublishFunction"), ("Reject", "RejectFunction")):
         assert states[state]["Resource"] == stack.functions[function].arn
     assert stack.functions["VerifyFunction"].arn == "arn:aws:lambda:us-east-1:123456789012:function:VerifyFunction"
-    assert (stack.functions["VerifyFunction"].timeout, stack.functions["VerifyFunction"].memory_size) == (900, 1024)
+    assert (stack.functions["VerifyFunction"].timeout, stack.functions["VerifyFunction"].memory_size) == (900, 2048)
     assert stack.functions["QueriesFunction"].code_uri == stack.root / "functions" / "queries"
     assert "PUBLISH_STATE_MACHINE_ARN" not in stack.functions["QueriesFunction"].environment
     assert os.environ["TABLE_NAME"] == stack.table_name

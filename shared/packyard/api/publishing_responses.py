@@ -29,7 +29,8 @@ from packyard.publishing.models import (
 class ApiModel(BaseModel):
     """Base of every response body: camelCase aliases; a None value means "key left out" unless kept as null."""
 
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+    # defer_build: a handler builds the schemas of the views it answers with, on first use, not all of them at import
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid", defer_build=True)
 
     keep_null: ClassVar[frozenset[str]] = frozenset()
     """Aliases of the keys answered as ``null`` rather than left out when their value is None."""

@@ -1,0 +1,258 @@
+"""The local stack under use (issue 11, items 4 and 5): latency, memory over time, and a concurrent load.
+
+The stack runs as ``packyard local`` in a subprocess (what ``make serve`` runs) and is driven only over HTTP, the way
+the CLI or a user's program drives it: session, presigned PUT, complete, poll; PUT/DELETE an installation, poll the
+operation until it settles. RSS is the stack process's own (``/proc/<pid>/status``). Prints figures with their targets;
+asserts nothing.
+
+1. Latency, one client, nothing else running: publish of a 1 MiB package (16 incompressible files of 64 KiB), from
+   ``POST …/complete`` to ``published``; an install lifecycle, from ``PUT`` to ``settled``. p50/p99.
+2. Memory: RSS after a warm-up, after ``--publishes`` publishes (default 1,000) and after ``--installs`` install
+   lifecycles (default 1,000), eight clients at a time. Target: growth <= 150 MiB over the whole run, which
+   includes everything moto keeps for real (items, objects, execution histories); before issue 11 a few hundred
+   publishes grew it by about 2.7 GB.
+3. Load: ``--clients`` clients (default 16), each cycling install → update → uninstall on its own installation for
+   ``--seconds`` (default 60): operations/s, p50/p99 of admission (the PUT/DELETE answer) and of the whole lifecycle
+   (PUT/DELETE to settled), errors (target 0).
+
+Polling adds up to one interval to every lifecycle figure: 10 ms in (1); in (3) the waits start at 50 ms and grow
+by half each time up to 500 ms (at most a third of the figure), so 16 clients' polling does not become the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from stack_client import Client, Failed, StackProcess
+
+from packyard_cli.build import BuiltPackage, build_from_files
+
+MEMORY_TARGET_MIB = 150
+SOAK_WORKERS = 8
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}"
+
+
+def one_mib_package(seed: int) -> BuiltPackage:
+    rng = random.Random(seed)
+    return build_from_files({f"data/part{i:02d}.bin": rng.randbytes(64 * 1024) for i in range(16)})
+
+
+def small_package(tag: str) -> BuiltPackage:
+    return build_from_files({"SKILL.md": f"# {tag}\n".encode()})  # no permissions: no consent to wait for
+
+
+# ------------------------------------------------------------------ 1. latency
+
+
+def latency(stack: StackProcess, publishes: int, installs: int) -> dict[str, list[float]]:
+    client = Client(stack, "t-latency", poll_seconds=0.01)
+    client.publish("warm", "1.0.0", small_package("warm"))  # imports and first clients, not measured
+    published = [client.publish("one-mib", f"1.0.{i}", one_mib_package(i))["published"] for i in range(publishes)]
+    lifecycles: list[float] = []
+    body = {"package": "warm", "version": "1.0.0"}
+    for i in range(installs):
+        started = time.perf_counter()
+        client.settle(f"ws-latency-{i // 50}", client.change("PUT", f"ws-latency-{i // 50}", f"inst-{i}", body))
+        lifecycles.append(time.perf_counter() - started)
+    return {"publish": published, "install": lifecycles}
+
+
+# ------------------------------------------------------------------ 2. memory
+
+
+def run_parallel(count: int, work: Callable[[int], None]) -> None:
+    with ThreadPoolExecutor(max_workers=SOAK_WORKERS) as pool:
+        for future in [pool.submit(work, i) for i in range(count)]:
+            future.result()
+
+
+def soak(stack: StackProcess, publishes: int, installs: int) -> list[tuple[str, float, float]]:
+    local = threading.local()
+
+    def client() -> Client:
+        if not hasattr(local, "client"):
+            local.client = Client(stack, "t-soak", poll_seconds=0.02)
+        found: Client = local.client
+        return found
+
+    def publish(i: int) -> None:
+        client().publish("soak", f"1.{i // 1000}.{i % 1000}", small_package(f"soak {i}"))
+
+    def install(i: int) -> None:
+        workspace = f"ws-soak-{i // 50}"
+        body = {"package": "soak", "version": "1.0.0"}
+        client().settle(workspace, client().change("PUT", workspace, f"inst-{i % 50}", body))
+
+    readings: list[tuple[str, float, float]] = []
+    started = time.perf_counter()
+    run_parallel(50, lambda i: client().publish("warm-soak", f"1.0.{i}", small_package(f"warm {i}")))
+    readings.append(("after a warm-up (50 publishes)", stack.rss_mib(), time.perf_counter() - started))
+    run_parallel(publishes, publish)
+    readings.append((f"after {publishes} publishes", stack.rss_mib(), time.perf_counter() - started))
+    run_parallel(installs, install)
+    readings.append((f"after {installs} install lifecycles", stack.rss_mib(), time.perf_counter() - started))
+    return readings
+
+
+# ------------------------------------------------------------------ 3. load
+
+
+@dataclass
+class LoadResult:
+    admissions: list[float] = field(default_factory=list)
+    lifecycles: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def load(stack: StackProcess, clients: int, seconds: float) -> tuple[LoadResult, float]:
+    setup = Client(stack, "t-load")
+    setup.publish("load", "1.0.0", small_package("load 1.0.0"))
+    setup.publish("load", "1.1.0", small_package("load 1.1.0"))
+    result = LoadResult()
+    deadline = time.perf_counter() + seconds
+
+    def operation(
+        client: Client, method: str, workspace: str, body: dict[str, Any] | None, version: str | None
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            admitted = client.change(method, workspace, "inst", body, if_match=f'"{version}"' if version else None)
+            answered = time.perf_counter()
+            client.settle(workspace, admitted)
+        except (Failed, OSError) as exc:
+            with result.lock:
+                result.errors.append(str(exc)[:200])
+            raise
+        with result.lock:
+            result.admissions.append(answered - started)
+            result.lifecycles.append(time.perf_counter() - started)
+
+    def cycle(n: int) -> None:
+        client = Client(stack, "t-load", poll_seconds=0.05, poll_backoff=1.5, poll_cap=0.5)
+        workspace = f"ws-load-{n}"
+        version = 0  # the installation's version (its ETag) after each committed change
+        try:
+            while time.perf_counter() < deadline:
+                operation(
+                    client, "PUT", workspace, {"package": "load", "version": "1.0.0"}, str(version) if version else None
+                )
+                version += 1
+                operation(client, "PUT", workspace, {"package": "load", "version": "1.1.0"}, str(version))
+                version += 1
+                operation(client, "DELETE", workspace, None, str(version))
+                version += 1
+        except (Failed, OSError):
+            return  # counted; this client stops
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=cycle, args=(n,)) for n in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return result, time.perf_counter() - started
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--latency-publishes", type=int, default=50)
+    parser.add_argument("--latency-installs", type=int, default=100)
+    parser.add_argument("--publishes", type=int, default=1000)
+    parser.add_argument("--installs", type=int, default=1000)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--only", choices=["latency", "memory", "load"], action="append")
+    args = parser.parse_args()
+    sections = set(args.only or ["latency", "memory", "load"])
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="packyard-stack-bench-") as tmp:
+        stack = StackProcess.start(Path(tmp) / "state")
+        try:
+            print(f"local stack: {stack.api} (pid {stack.process.pid}), RSS at start {stack.rss_mib():.0f} MiB")
+            if "latency" in sections:
+                report_latency(latency(stack, args.latency_publishes, args.latency_installs))
+            if "memory" in sections:
+                report_memory(soak(stack, args.publishes, args.installs))
+            if "load" in sections:
+                report_load(*load(stack, args.clients, args.seconds), args.clients, stack)
+        except BaseException:
+            print(f"the stack's log (last lines):\n{stack.log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
+            raise
+        finally:
+            stack.stop()
+    print(f"total benchmark time: {time.perf_counter() - started:.0f} s")
+
+
+def report_latency(figures: dict[str, list[float]]) -> None:
+    print("\n1. Latency on the local stack (one client, nothing else running; polling every 10 ms)")
+    for name, label in (
+        ("publish", "publish of a 1 MiB package, complete -> published"),
+        ("install", "install lifecycle, PUT -> settled"),
+    ):
+        values = figures[name]
+        print(
+            f"   {label:<52} n={len(values):<4} p50 {ms(statistics.median(values)):>5} ms   "
+            f"p99 {ms(percentile(values, 99)):>5} ms   (no target: recorded)"
+        )
+
+
+def report_memory(readings: list[tuple[str, float, float]]) -> None:
+    print(f"\n2. Memory of the local stack process (RSS; {SOAK_WORKERS} clients at a time)")
+    first = readings[0][1]
+    for label, rss, elapsed in readings:
+        print(f"   {label:<40} RSS {rss:>7.0f} MiB   (+{rss - first:5.0f} MiB)   at {elapsed:5.0f} s")
+    growth = readings[-1][1] - first
+    verdict = "ok" if growth <= MEMORY_TARGET_MIB else "NOT MET"
+    print(f"   growth over the run: {growth:.0f} MiB (target <= {MEMORY_TARGET_MIB} MiB)  {verdict}")
+
+
+def report_load(result: LoadResult, elapsed: float, clients: int, stack: StackProcess) -> None:
+    done = len(result.lifecycles)
+    print(f"\n3. Load: {clients} clients cycling install -> update -> uninstall, each on its own installation")
+    print(f"   {done} operations settled in {elapsed:.1f} s: {done / elapsed:.1f} operations/s")
+    if done:
+        print(
+            f"   admission (PUT/DELETE answered)   p50 {ms(statistics.median(result.admissions)):>5} ms   "
+            f"p99 {ms(percentile(result.admissions, 99)):>5} ms"
+        )
+        print(
+            f"   lifecycle (to settled)            p50 {ms(statistics.median(result.lifecycles)):>5} ms   "
+            f"p99 {ms(percentile(result.lifecycles, 99)):>5} ms"
+        )
+    verdict = "ok" if not result.errors else "NOT MET"
+    print(f"   errors: {len(result.errors)} (target 0)  {verdict}")
+    for error in result.errors[:5]:
+        print(f"     {error}")
+    print(f"   RSS after the load: {stack.rss_mib():.0f} MiB, threads: {stack.threads()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,471 @@
+"""The capacity model of docs/scaling.md: measure what each request kind costs, then replay a synthetic day for
+10,000 tenants through it and print the bottleneck.
+
+1. **Measure** (in-process moto, real state machine executions, the handlers as deployed): for a publish, an install,
+   an update, a rollback and an uninstall lifecycle, and the reads a runtime makes, every DynamoDB request with the
+   items it names (→ read/write request units from the items' real sizes), S3 requests, Step Functions executions
+   and state transitions (from the execution history), Lambda invocations per function, API Gateway requests.
+2. **Price** each kind at the list prices below (us-east-1; see docs/scaling.md for the date and the sources).
+3. **Simulate** a day: 10,000 tenants with Zipf-distributed activity, a diurnal curve, per-minute arrivals; for every
+   minute, the peak per-second load on each limit that can bind (one partition key's write throughput for the
+   busiest workspace, the busiest tenant's usage ledger item, the table, Step Functions StartExecution and state
+   transitions, Lambda concurrency, API Gateway), and the day's cost. Prints the limits sorted by headroom.
+
+Prints figures; asserts nothing. ``--skip-measure`` uses the figures recorded in docs/scaling.md instead of measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
+os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
+
+# --- Prices (us-east-1 list prices; docs/scaling.md gives the date and where they were read) -------------------------
+
+PRICE = {
+    "dynamodb_wru": 0.625 / 1e6,  # on-demand, per write request unit
+    "dynamodb_rru": 0.125 / 1e6,  # on-demand, per read request unit
+    "s3_put": 0.005 / 1000,  # PUT, COPY, POST, LIST
+    "s3_get": 0.0004 / 1000,  # GET, HEAD and the rest (DELETE is free)
+    "sfn_transition": 0.025 / 1000,  # Standard workflows
+    "lambda_request": 0.20 / 1e6,
+    "lambda_gb_second": 0.0000133334,  # arm64
+    "apigw_request": 1.00 / 1e6,  # HTTP API, first 300 million a month
+}
+# Duration assumed per warm invocation on AWS (not measurable here): (memory GB, seconds)
+DURATION = {"VerifyFunction": (1.0, 0.05), "default": (0.5, 0.04)}
+
+# --- Limits that can bind (defaults of a new account, us-east-1) ---------------------------------------------------
+
+LIMITS = {
+    "DynamoDB: one partition key, writes (busiest workspace)": 1000.0,  # WCU/s per partition
+    "DynamoDB: one item, writes (busiest tenant's USAGE ledger)": 1000.0,  # WCU/s on a single item
+    "DynamoDB: table, write request units (on-demand table quota)": 40000.0,
+    "DynamoDB: table, read request units (on-demand table quota)": 40000.0,
+    "Step Functions: StartExecution (token bucket refill)": 300.0,  # per second, bucket 1,300
+    "Step Functions: state transitions, Standard (refill)": 5000.0,  # per second, bucket 5,000
+    "Lambda: concurrent executions (account)": 1000.0,
+    "API Gateway HTTP API: requests (account throttle)": 10000.0,
+}
+
+
+# --- 1. Measure ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Flow:
+    """What one request kind cost, end to end."""
+
+    name: str
+    dynamodb: Counter[str] = field(default_factory=Counter)  # operation -> requests
+    wru: float = 0.0
+    rru: float = 0.0
+    s3: Counter[str] = field(default_factory=Counter)
+    executions: int = 0
+    transitions: int = 0
+    lambdas: Counter[str] = field(default_factory=Counter)
+    api_requests: int = 0
+    workspace_wru: float = 0.0  # written on the workspace's partition key
+    ledger_wru: float = 0.0  # written on the tenant's USAGE item
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "dynamodb": dict(self.dynamodb),
+            "wru": self.wru,
+            "rru": self.rru,
+            "s3": dict(self.s3),
+            "executions": self.executions,
+            "transitions": self.transitions,
+            "lambdas": dict(self.lambdas),
+            "api_requests": self.api_requests,
+            "workspace_wru": self.workspace_wru,
+            "ledger_wru": self.ledger_wru,
+        }
+
+
+def item_size(item: dict[str, Any]) -> int:
+    """DynamoDB's item size: attribute names plus values (strings UTF-8, numbers ~ digits/2 + 1, maps/lists nested)."""
+
+    def value_size(value: dict[str, Any]) -> int:
+        (kind, inner), *_ = value.items()
+        if kind in ("S", "B"):
+            return len(inner.encode() if isinstance(inner, str) else inner)
+        if kind == "N":
+            return len(str(inner).lstrip("-").replace(".", "")) // 2 + 1
+        if kind in ("BOOL", "NULL"):
+            return 1
+        if kind == "M":
+            return 3 + sum(len(k.encode()) + value_size(v) + 1 for k, v in inner.items())
+        if kind == "L":
+            return 3 + sum(value_size(v) + 1 for v in inner)
+        if kind in ("SS", "NS", "BS"):
+            return sum(len(str(v)) for v in inner)
+        return 0
+
+    return sum(len(name.encode()) + value_size(value) for name, value in item.items())
+
+
+@contextmanager
+def recorded_calls() -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
+    """Every AWS API call made while the block runs (any thread), with its parameters."""
+    from botocore.handlers import BUILTIN_HANDLERS
+
+    calls: list[tuple[str, str, dict[str, Any]]] = []
+
+    def hook(model: Any = None, params: Any = None, context: Any = None, **_: Any) -> None:
+        if model is None or (isinstance(context, dict) and context.get("capacity_recorded")):
+            return
+        if isinstance(context, dict):
+            context["capacity_recorded"] = True
+        calls.append((model.service_model.service_name, model.name, dict(params or {})))
+
+    entry = ("before-parameter-build", hook)
+    BUILTIN_HANDLERS.append(entry)
+    try:
+        yield calls
+    finally:
+        BUILTIN_HANDLERS.remove(entry)
+
+
+def measure() -> dict[str, dict[str, Any]]:
+    import boto3
+
+    import devstack
+    from devstack import lambdas
+    from devstack.api import LocalApi
+    from devstack.caller import Caller
+    from packyard.store import aws
+    from packyard_cli.build import build_from_files
+
+    flows: dict[str, Flow] = {}
+    with devstack.local_aws() as stack, recorded_calls() as calls:
+        aws.reset_clients()  # clients made from now on carry the recording hook
+        caller = Caller(LocalApi(stack), "t-capacity")
+        sfn = boto3.client("stepfunctions")
+        dynamodb = boto3.client("dynamodb")
+
+        def run(name: str, action: Callable[[], Any]) -> None:
+            calls.clear()
+            lambdas.clear_invocations()
+            execution_arn = action()
+            flow = Flow(name)
+            if isinstance(execution_arn, dict):
+                history = sfn.get_execution_history(executionArn=execution_arn["arn"], maxResults=1000)["events"]
+                flow.executions = 1
+                flow.transitions = sum(1 for event in history if event["type"].endswith("StateEntered"))
+            account(flow, list(calls), dynamodb, stack.table_name)
+            for invocation in lambdas.invocations():
+                flow.lambdas[invocation.function] += 1
+            flow.api_requests = sum(n for fn, n in flow.lambdas.items() if fn in API_FUNCTIONS)
+            flows[name] = flow
+
+        built = {v: build_from_files({"SKILL.md": f"capacity {v}\n".encode()}) for v in ("1.0.0", "1.1.0")}
+        machine = stack.state_machine_arns["InstallStateMachine"]
+        prefix, _, machine_name = machine.partition(":stateMachine:")
+
+        def publish(version: str) -> Callable[[], dict[str, Any]]:
+            def go() -> dict[str, Any]:
+                session = caller.request_upload("pkg", version, built[version])
+                caller.put_archive(session.body, built[version].archive)
+                done = caller.post(f"/v1/uploads/{session.body['uploadId']}/complete")
+                devstack.wait_for_execution(done.body["executionArn"], timeout=60, client=sfn)
+                final = caller.get(f"/v1/uploads/{session.body['uploadId']}")  # one poll: the client's
+                assert final.body["state"] == "published", final.body
+                return {"arn": done.body["executionArn"]}
+
+            return go
+
+        def operation(send: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
+            def go() -> dict[str, Any]:
+                admitted = send().body
+                arn = f"{prefix}:execution:{machine_name}:{admitted['operationId']}"
+                devstack.wait_for_execution(arn, timeout=60, client=sfn)
+                final = caller.get(f"/v1/workspaces/ws/operations/{admitted['operationId']}")  # one poll
+                assert final.body["outcome"]["result"] == "succeeded", final.body
+                return {"arn": arn}
+
+            return go
+
+        run("publish (new content)", publish("1.0.0"))
+        publish("1.1.0")()
+        run("install lifecycle", operation(lambda: caller.install("ws", "i", "pkg", "1.0.0", key="k1")))
+        run("update lifecycle", operation(lambda: caller.install("ws", "i", "pkg", "1.1.0", key="k2", if_match='"1"')))
+        run("rollback lifecycle", operation(lambda: caller.rollback("ws", "i", key="k3", if_match='"2"')))
+        run("uninstall lifecycle", operation(lambda: caller.uninstall("ws", "i", key="k4", if_match='"3"')))
+        operation(lambda: caller.install("ws", "i", "pkg", "1.0.0", key="k5", if_match='"4"'))()  # for the reads
+        run("read: GET resolved (runtime)", lambda: caller.get("/v1/workspaces/ws/resolved"))
+        run("read: GET operation (poll)", lambda: caller.get("/v1/workspaces/ws/operations/x"))
+        sizes: dict[str, list[int]] = defaultdict(list)
+        for page in dynamodb.get_paginator("scan").paginate(TableName=stack.table_name):
+            for found in page["Items"]:
+                kind = found["sk"]["S"].split("#", 1)[0]
+                sizes[kind].append(item_size(found))
+    measured: dict[str, dict[str, Any]] = {name: flow.as_dict() for name, flow in flows.items()}
+    ITEM_SIZES.update({kind: max(values) for kind, values in sizes.items()})
+    return measured
+
+
+ITEM_SIZES: dict[str, int] = {}
+"""Largest item of each kind (by sort key prefix) seen in the measurement, in bytes."""
+
+
+API_FUNCTIONS = {"UploadsFunction", "QueriesFunction", "AdmissionFunction", "ApprovalsFunction"}
+
+
+def account(flow: Flow, calls: list[tuple[str, str, dict[str, Any]]], client: Any, table: str) -> None:
+    """Request units of each DynamoDB call from the sizes of the items it names, as they are after the flow."""
+    cache: dict[tuple[str, str], int] = {}
+
+    def size(key: dict[str, Any]) -> int:
+        pk, sk = key["pk"]["S"], key["sk"]["S"]
+        if (pk, sk) not in cache:
+            found = client.get_item(TableName=table, Key={"pk": {"S": pk}, "sk": {"S": sk}}).get("Item")
+            cache[(pk, sk)] = item_size(found) if found else 100
+        return cache[(pk, sk)]
+
+    def write_units(key: dict[str, Any], transactional: bool) -> float:
+        units = max(1, math.ceil(size(key) / 1024)) * (2 if transactional else 1)
+        if "#WS#" in key["pk"]["S"]:
+            flow.workspace_wru += units
+        if key["sk"]["S"] == "USAGE":
+            flow.ledger_wru += units
+        return units
+
+    for service, operation, params in calls:
+        if service == "s3":
+            flow.s3[operation] += 1
+            continue
+        if service != "dynamodb":
+            continue
+        flow.dynamodb[operation] += 1
+        if operation == "GetItem":
+            factor = 1.0 if params.get("ConsistentRead") else 0.5
+            flow.rru += max(1, math.ceil(size(params["Key"]) / 4096)) * factor
+        elif operation == "BatchGetItem":
+            for request in params["RequestItems"].values():
+                factor = 1.0 if request.get("ConsistentRead") else 0.5
+                flow.rru += sum(max(1, math.ceil(size(key) / 4096)) * factor for key in request["Keys"])
+        elif operation == "Query":
+            found = client.query(**{k: v for k, v in params.items() if k not in ("ExclusiveStartKey",)})
+            total = sum(item_size(item) for item in found["Items"])
+            flow.rru += max(1, math.ceil(total / 4096)) * (1.0 if params.get("ConsistentRead") else 0.5)
+        elif operation in ("PutItem", "UpdateItem", "DeleteItem"):
+            key = params.get("Key") or {"pk": params["Item"]["pk"], "sk": params["Item"]["sk"]}
+            flow.wru += write_units(key, transactional=False)
+        elif operation == "TransactWriteItems":
+            for entry in params["TransactItems"]:
+                (kind, op), *_ = entry.items()
+                key = op.get("Key") or {"pk": op["Item"]["pk"], "sk": op["Item"]["sk"]}
+                if kind == "ConditionCheck":
+                    flow.rru += 2 * max(1, math.ceil(size(key) / 4096))
+                else:
+                    flow.wru += write_units(key, transactional=True)
+        elif operation == "TransactGetItems":
+            for entry in params["TransactItems"]:
+                flow.rru += 2 * max(1, math.ceil(size(entry["Get"]["Key"]) / 4096))
+    flow.s3["PutObject (client's presigned upload)"] += 1 if flow.name.startswith("publish") else 0
+
+
+# --- 2. Price ------------------------------------------------------------------------------------------------------
+
+
+def cost(flow: dict[str, Any]) -> dict[str, float]:
+    s3_put = sum(n for op, n in flow["s3"].items() if op.startswith(("Put", "Copy", "List", "Create", "Upload")))
+    s3_get = sum(n for op, n in flow["s3"].items() if op.startswith(("Get", "Head")))
+    gb_seconds = 0.0
+    for function, n in flow["lambdas"].items():
+        memory, seconds = DURATION.get(function, DURATION["default"])
+        gb_seconds += n * memory * seconds
+    invocations = sum(flow["lambdas"].values())
+    return {
+        "DynamoDB": flow["wru"] * PRICE["dynamodb_wru"] + flow["rru"] * PRICE["dynamodb_rru"],
+        "S3": s3_put * PRICE["s3_put"] + s3_get * PRICE["s3_get"],
+        "Step Functions": flow["transitions"] * PRICE["sfn_transition"],
+        "Lambda": invocations * PRICE["lambda_request"] + gb_seconds * PRICE["lambda_gb_second"],
+        "API Gateway": flow["api_requests"] * PRICE["apigw_request"],
+    }
+
+
+# --- 3. Simulate a day -----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Day:
+    tenants: int = 10_000
+    workspaces_per_tenant: int = 20
+    installs_per_workspace: float = 3.0  # lifecycles a day (install, update, rollback or uninstall), on average
+    publishes_per_tenant: float = 2.0
+    runtime_reads_per_install: float = 10.0  # GET resolved by the runtime, per lifecycle
+    polls_per_operation: float = 3.0
+    zipf: float = 1.1  # tenant activity ~ 1 / rank^zipf
+    hot_workspace_share: float = 0.3  # share of a tenant's lifecycles that go to its busiest workspace
+    burst: float = 4.0  # peak second within a minute vs the minute's mean (bursty clients, retries)
+    seed: int = 11
+
+
+def diurnal(minute: int) -> float:
+    """Relative load through the day: a trough at night, a peak mid-afternoon (mean 1)."""
+    return 1 + 0.8 * math.sin((minute / 1440 - 0.375) * 2 * math.pi)
+
+
+def simulate(flows: dict[str, dict[str, Any]], day: Day) -> dict[str, Any]:
+    rng = random.Random(day.seed)
+    weights = [1 / (rank + 1) ** day.zipf for rank in range(day.tenants)]
+    scale = day.tenants / sum(weights)
+    activity = [w * scale for w in weights]  # mean 1
+    lifecycle_kinds = ["install lifecycle", "update lifecycle", "rollback lifecycle", "uninstall lifecycle"]
+    lifecycle = {key: sum(flows[k][key] for k in lifecycle_kinds) / len(lifecycle_kinds) for key in ("wru", "rru")}
+    lifecycle_ws_wru = sum(flows[k]["workspace_wru"] for k in lifecycle_kinds) / len(lifecycle_kinds)
+    lifecycle_transitions = sum(flows[k]["transitions"] for k in lifecycle_kinds) / len(lifecycle_kinds)
+    lifecycle_lambdas = sum(sum(flows[k]["lambdas"].values()) for k in lifecycle_kinds) / len(lifecycle_kinds)
+    publish, read, poll = (
+        flows["publish (new content)"],
+        flows["read: GET resolved (runtime)"],
+        flows["read: GET operation (poll)"],
+    )
+
+    daily_lifecycles = [a * day.workspaces_per_tenant * day.installs_per_workspace for a in activity]
+    daily_publishes = [a * day.publishes_per_tenant for a in activity]
+    peaks: dict[str, tuple[float, int]] = defaultdict(lambda: (0.0, 0))
+    totals: Counter[str] = Counter()
+    top = 0  # the busiest tenant is rank 0
+    for minute in range(1440):
+        shape = diurnal(minute) / 1440 / 60  # per second, mean
+        noise = rng.uniform(0.9, 1.1)
+        lifecycles_s = sum(daily_lifecycles) * shape * noise
+        publishes_s = sum(daily_publishes) * shape * noise
+        reads_s = lifecycles_s * day.runtime_reads_per_install
+        polls_s = (lifecycles_s + publishes_s) * day.polls_per_operation
+        hot_ws_s = daily_lifecycles[top] * day.hot_workspace_share * shape * noise
+        hot_ledger_s = daily_publishes[top] * shape * noise
+        burst = day.burst
+        load = {
+            "DynamoDB: one partition key, writes (busiest workspace)": hot_ws_s * lifecycle_ws_wru * burst,
+            "DynamoDB: one item, writes (busiest tenant's USAGE ledger)": hot_ledger_s * publish["ledger_wru"] * burst,
+            "DynamoDB: table, write request units (on-demand table quota)": (
+                lifecycles_s * lifecycle["wru"] + publishes_s * publish["wru"]
+            )
+            * burst,
+            "DynamoDB: table, read request units (on-demand table quota)": (
+                lifecycles_s * lifecycle["rru"]
+                + publishes_s * publish["rru"]
+                + reads_s * read["rru"]
+                + polls_s * poll["rru"]
+            )
+            * burst,
+            "Step Functions: StartExecution (token bucket refill)": (lifecycles_s + publishes_s) * burst,
+            "Step Functions: state transitions, Standard (refill)": (
+                lifecycles_s * lifecycle_transitions + publishes_s * publish["transitions"]
+            )
+            * burst,
+            # concurrency = arrival rate x duration (Little's law), invocations of ~40-50 ms
+            "Lambda: concurrent executions (account)": (
+                (lifecycles_s * lifecycle_lambdas + publishes_s * sum(publish["lambdas"].values()) + reads_s + polls_s)
+                * 0.05
+                * burst
+            ),
+            "API Gateway HTTP API: requests (account throttle)": (
+                lifecycles_s * 2 + publishes_s * 3 + reads_s + polls_s
+            )
+            * burst,
+        }
+        for name, value in load.items():
+            if value > peaks[name][0]:
+                peaks[name] = (value, minute)
+        totals["lifecycles"] += lifecycles_s * 60
+        totals["publishes"] += publishes_s * 60
+        totals["reads"] += (reads_s + polls_s) * 60
+    return {"peaks": dict(peaks), "totals": dict(totals), "top_tenant_lifecycles": daily_lifecycles[top]}
+
+
+# --- Report --------------------------------------------------------------------------------------------------------
+
+
+def report(flows: dict[str, dict[str, Any]], day: Day) -> None:
+    print("Capacity model (docs/scaling.md). Measured per request kind, on moto with the real state machines:")
+    print(
+        f"  {'request kind':<30}{'DDB req':>8}{'WRU':>6}{'RRU':>6}{'ws WRU':>7}{'S3':>4}{'SFN tr':>7}"
+        f"{'Lambda':>7}{'API':>4}   DynamoDB requests"
+    )
+    for name, flow in flows.items():
+        ddb = ", ".join(f"{op} {n}" for op, n in sorted(flow["dynamodb"].items()))
+        print(
+            f"  {name:<30}{sum(flow['dynamodb'].values()):>8}{flow['wru']:>6.0f}{flow['rru']:>6.1f}"
+            f"{flow['workspace_wru']:>7.0f}{sum(flow['s3'].values()):>4}{flow['transitions']:>7}"
+            f"{sum(flow['lambdas'].values()):>7}{flow['api_requests']:>4}   {ddb}"
+        )
+    if ITEM_SIZES:
+        print("\n  Item sizes (largest seen, bytes): " + ", ".join(f"{k} {v}" for k, v in sorted(ITEM_SIZES.items())))
+    print("\n  Cost per 1,000 (USD, us-east-1 list prices; Lambda at an assumed 40-50 ms per warm invocation):")
+    print(
+        f"  {'':<30}"
+        + "".join(f"{k:>15}" for k in ("DynamoDB", "S3", "Step Functions", "Lambda", "API Gateway", "total"))
+    )
+    for name in ("publish (new content)", "install lifecycle", "update lifecycle", "uninstall lifecycle"):
+        parts = cost(flows[name])
+        print(
+            f"  {name:<30}"
+            + "".join(f"{v * 1000:>15.4f}" for v in parts.values())
+            + f"{sum(parts.values()) * 1000:>15.4f}"
+        )
+
+    result = simulate(flows, day)
+    totals = result["totals"]
+    print(
+        f"\n  A synthetic day: {day.tenants:,} tenants (Zipf {day.zipf}), {day.workspaces_per_tenant} workspaces each, "
+        f"{totals['lifecycles']:,.0f} install lifecycles, {totals['publishes']:,.0f} publishes, "
+        f"{totals['reads']:,.0f} reads; the busiest tenant {result['top_tenant_lifecycles']:,.0f} lifecycles, "
+        f"{day.hot_workspace_share:.0%} of them on one workspace; peak second = {day.burst} x the minute's mean."
+    )
+    day_cost = (
+        totals["lifecycles"] * sum(cost(flows["install lifecycle"]).values())
+        + totals["publishes"] * sum(cost(flows["publish (new content)"]).values())
+        + totals["reads"] * sum(cost(flows["read: GET resolved (runtime)"]).values())
+    )
+    print(f"  cost of the day: ${day_cost:,.2f} (~${day_cost * 30:,.0f} a month)")
+    rows = sorted(
+        ((value / LIMITS[name], name, value, minute) for name, (value, minute) in result["peaks"].items()), reverse=True
+    )
+    print(f"\n  {'limit':<62}{'peak/s':>10}{'limit/s':>10}{'used':>8}  at")
+    for used, name, value, minute in rows:
+        print(f"  {name:<62}{value:>10.1f}{LIMITS[name]:>10.0f}{used:>8.1%}  {minute // 60:02d}:{minute % 60:02d}")
+    used, name, value, minute = rows[0]
+    headroom = 1 / used if used else float("inf")
+    print(
+        f"\n  bottleneck: {name} — {used:.1%} of its limit at the peak ({minute // 60:02d}:{minute % 60:02d}); "
+        f"the same day would have to grow {headroom:.1f}x for it to bind."
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--skip-measure", action="store_true", help="use the figures recorded in docs/scaling.md")
+    parser.add_argument("--tenants", type=int, default=10_000)
+    parser.add_argument("--write", type=Path, help="write the measured figures as JSON")
+    args = parser.parse_args()
+    recorded = ROOT / "benchmarks" / "capacity_measured.json"
+    if args.skip_measure:
+        flows = json.loads(recorded.read_text())
+    else:
+        flows = measure()
+        if args.write:
+            args.write.write_text(json.dumps(flows, indent=2, sort_keys=True) + "\n")
+    report(flows, Day(tenants=args.tenants))
+
+
+if __name__ == "__main__":
+    main()

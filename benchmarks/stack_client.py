@@ -1,0 +1,179 @@
+"""The local stack (``packyard local``) as a subprocess, and an HTTP client of it, for the benchmarks that drive the
+stack as a user would: publish over the API and the presigned URL, install and wait for the operation to settle.
+
+Not a benchmark itself: ``bench_local_stack.py`` uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
+
+from packyard_cli import tokens  # noqa: E402
+from packyard_cli.build import BuiltPackage  # noqa: E402
+
+START_TIMEOUT = 90.0
+SETTLE_TIMEOUT = 60.0
+
+
+class Failed(Exception):
+    """A request answered something the journey did not expect (counted as an error by the benchmarks)."""
+
+
+@dataclass
+class StackProcess:
+    process: subprocess.Popen[bytes]
+    api: str
+    aws: str
+    state_dir: Path
+    log: Path
+
+    @classmethod
+    def start(cls, state_dir: Path) -> StackProcess:
+        """``packyard local`` on ports the OS picks; ready once its state file names this process."""
+        state_dir.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_", "POWERTOOLS_"))}
+        env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "shared"), str(ROOT)]), PACKYARD_LOCAL_DIR=str(state_dir))
+        log = state_dir / "local.log"
+        with log.open("wb") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "packyard_cli", "local", "--api-port", "0", "--aws-port", "0"],
+                cwd=ROOT,
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(f"packyard local exited with {process.returncode}:\n{log.read_text()}")
+            try:
+                state = json.loads((state_dir / "local.json").read_text("utf-8"))
+            except (OSError, ValueError):
+                state = {}
+            if state.get("pid") == process.pid:
+                return cls(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
+            time.sleep(0.05)
+        process.kill()
+        raise RuntimeError(f"packyard local did not start in {START_TIMEOUT}s:\n{log.read_text()}")
+
+    def rss_mib(self) -> float:
+        """The stack process's resident set size now (VmRSS), in MiB."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+
+    def threads(self) -> int:
+        return len(os.listdir(f"/proc/{self.process.pid}/task"))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+@dataclass
+class Client:
+    """One caller of the stack's API, with its own connection (keep-alive) and token."""
+
+    stack: StackProcess
+    tenant: str
+    poll_seconds: float = 0.01
+    poll_backoff: float = 1.0  # each wait is this many times the last, up to poll_cap
+    poll_cap: float = 0.5
+    session: requests.Session = field(default_factory=requests.Session)
+
+    def __post_init__(self) -> None:
+        key = tokens.load_key(self.stack.state_dir)
+        if key is None:
+            raise RuntimeError("the local stack wrote no key")
+        self.session.headers["Authorization"] = f"Bearer {key.mint(tenant=self.tenant, subject='bench')}"
+
+    def _call(self, method: str, path: str, expect: tuple[int, ...], **kwargs: Any) -> requests.Response:
+        response = self.session.request(method, f"{self.stack.api}{path}", timeout=60, **kwargs)
+        if response.status_code not in expect:
+            raise Failed(f"{method} {path} -> {response.status_code} {response.text[:300]}")
+        return response
+
+    # ---- publish
+
+    def publish(self, package: str, version: str, built: BuiltPackage) -> dict[str, float]:
+        """The whole journey; returns the seconds of each step (``published`` = complete → published)."""
+        started = time.perf_counter()
+        created = self._call(
+            "POST", f"/v1/packages/{package}/versions/{version}/uploads", (201,), json=built.upload_request()
+        ).json()
+        put_at = time.perf_counter()
+        if created.get("uploadRequired", True):
+            uploaded = requests.put(created["upload"]["url"], data=built.archive, timeout=60)
+            if uploaded.status_code != 200:
+                raise Failed(f"PUT archive -> {uploaded.status_code}")
+        complete_at = time.perf_counter()
+        upload = self._call("POST", f"/v1/uploads/{created['uploadId']}/complete", (200, 202)).json()
+        state = upload["state"]
+        deadline = time.perf_counter() + SETTLE_TIMEOUT
+        while state == "verifying":
+            if time.perf_counter() > deadline:
+                raise Failed(f"upload {created['uploadId']} still verifying after {SETTLE_TIMEOUT} s")
+            time.sleep(self.poll_seconds)
+            upload = self._call("GET", f"/v1/uploads/{created['uploadId']}", (200,)).json()
+            state = upload["state"]
+        done = time.perf_counter()
+        if state != "published":
+            raise Failed(f"upload {created['uploadId']} ended {state}: {upload.get('rejection')}")
+        return {"create": put_at - started, "upload": complete_at - put_at, "published": done - complete_at}
+
+    # ---- installation operations
+
+    def change(
+        self,
+        method: str,
+        workspace: str,
+        installation: str,
+        body: dict[str, Any] | None = None,
+        if_match: str | None = None,
+    ) -> dict[str, Any]:
+        """PUT or DELETE one installation with a fresh Idempotency-Key; returns the admitted operation."""
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        path = f"/v1/workspaces/{workspace}/installations/{installation}"
+        operation: dict[str, Any] = self._call(method, path, (200, 202), json=body, headers=headers).json()
+        return operation
+
+    def settle(self, workspace: str, operation: dict[str, Any]) -> dict[str, Any]:
+        """Poll the operation until it settles; it must have succeeded."""
+        deadline = time.perf_counter() + SETTLE_TIMEOUT
+        while operation["state"] != "settled":
+            if time.perf_counter() > deadline:
+                raise Failed(
+                    f"operation {operation['operationId']} still {operation['state']} after {SETTLE_TIMEOUT} s"
+                )
+            time.sleep(self.poll_seconds)
+            path = f"/v1/workspaces/{workspace}/operations/{operation['operationId']}"
+            operation = self._call("GET", path, (200,)).json()
+        if operation["outcome"]["result"] != "succeeded":
+            raise Failed(f"operation {operation['operationId']} settled {operation['outcome']}")
+        return operation
+
+    def installation_version(self, workspace: str, installation: str) -> str:
+        response = self._call("GET", f"/v1/workspaces/{workspace}/installations/{installation}", (200,))
+        return response.headers["ETag"]

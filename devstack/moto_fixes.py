@@ -1,0 +1,173 @@
+"""Two fixes to moto that a long-running local stack needs: memory that stays flat, transactions that stay fast.
+
+**Every moto model instance was kept forever.** moto's ``BaseModel.__new__`` appends each instance it creates to its
+class's ``instances_tracked`` list (for the moto server's dashboard), so every DynamoDB ``Item`` a read copied, every
+S3 key and every Step Functions object stayed reachable until a reset that a running stack never does. Here the
+tracking becomes weak: the dashboard still lists the live instances, and the dead ones are freed.
+
+**Every transaction copied whole tables.** moto's ``TransactWriteItems`` backs up each table it touches with
+``copy.deepcopy`` (once per item of the transaction) so it can put the copy back if the transaction is cancelled.
+Those copies were also tracked (above), so the local stack grew by a full copy of the table per transaction
+(about 2.7 GB after a few hundred publishes), and each transaction took longer as the table grew, under the lock
+that makes it atomic. Here the backup is a journal of just the items the transaction names: they are copied before it
+runs and put back (or removed, if they did not exist) when it fails. moto's own copy of the table is skipped.
+
+Both are installed by :func:`devstack.lambdas.install` (the one call every local runtime makes: tests, the local
+stack, benchmarks) and removed by :func:`devstack.lambdas.uninstall`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import moto.dynamodb.models as dynamodb_models
+from moto.core.common_models import BaseModel
+from moto.core.model_instances import model_data
+from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
+
+from devstack import serializable
+
+_installed: dict[str, Any] = {}
+_journaling = threading.local()
+
+
+# ------------------------------------------------------------------ weak instance tracking
+
+
+class WeakInstances:
+    """Stands in for a model class's ``instances_tracked`` list: remembers the instances that are still alive."""
+
+    def __init__(self, existing: Any = ()) -> None:
+        self._refs: weakref.WeakSet[Any] = weakref.WeakSet()
+        for instance in existing:
+            self.append(instance)
+
+    def append(self, instance: Any) -> None:
+        with contextlib.suppress(TypeError):  # a class without weak reference support is not tracked at all
+            self._refs.add(instance)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(list(self._refs))
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+def _weakly_tracked_new(cls: Any, *args: Any, **kwargs: Any) -> Any:
+    instance = super(BaseModel, cls).__new__(cls)  # as moto's BaseModel.__new__, minus the strong reference
+    tracked = cls.__dict__.get("instances_tracked")
+    if not isinstance(tracked, WeakInstances):
+        tracked = WeakInstances(tracked or ())
+        setattr(cls, "instances_tracked", tracked)  # noqa: B010
+    tracked.append(instance)
+    return instance
+
+
+def _track_weakly() -> None:
+    _installed["BaseModel.__new__"] = BaseModel.__dict__["__new__"]
+    setattr(BaseModel, "__new__", staticmethod(_weakly_tracked_new))  # noqa: B010
+    for models in model_data.values():
+        for model in models.values():
+            tracked = getattr(model, "instances_tracked", None)
+            if not isinstance(tracked, WeakInstances):
+                setattr(model, "instances_tracked", WeakInstances(tracked or ()))  # noqa: B010
+
+
+# ------------------------------------------------------------------ journaled transactions
+
+
+class _CopyWithoutTables:
+    """The ``copy`` module as moto's DynamoDB backend sees it: while a journaled transaction runs on this thread,
+    ``deepcopy`` of a Table returns the table itself (moto's rollback then puts back the same object, a no-op)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(copy, name)
+
+    @staticmethod
+    def deepcopy(value: Any, memo: dict[int, Any] | None = None) -> Any:
+        if isinstance(value, Table) and getattr(_journaling, "active", False):
+            return value
+        return copy.deepcopy(value, memo)
+
+
+Saved = tuple[Table, DynamoType, "DynamoType | None", Any]
+
+
+def _journal(backend: Any, transact_items: list[dict[str, Any]]) -> list[Saved]:
+    """A copy of each item the transaction names, as it is now (None where there is none)."""
+    saved: list[Saved] = []
+    for entry in transact_items:
+        try:
+            (op_type, op), *_ = entry.items()
+            table = backend.get_table(op["TableName"])
+            key = op["Item"] if op_type == "Put" else op["Key"]
+            hash_value = DynamoType(key[table.hash_key_attr])
+            range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+        except Exception:  # moto refuses the malformed entry itself, before writing anything
+            continue
+        current = table.get_item(hash_value, range_value)
+        saved.append((table, hash_value, range_value, copy.deepcopy(current)))
+    return saved
+
+
+def _restore(saved: list[Saved]) -> None:
+    for table, hash_value, range_value, item in reversed(saved):
+        if range_value is None:
+            if item is None:
+                table.items.pop(hash_value, None)
+            else:
+                table.items[hash_value] = item
+        elif item is None:
+            table.items[hash_value].pop(range_value, None)
+        else:
+            table.items[hash_value][range_value] = item
+
+
+def _journaled(inner: Callable[..., Any]) -> Callable[..., Any]:
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
+        # The same (reentrant) lock as every other write: the journal and the writes are one atomic step.
+        with serializable._LOCK:
+            saved = _journal(self, transact_items)
+            _journaling.active = True
+            try:
+                return inner(self, transact_items, *args, **kwargs)
+            except BaseException:
+                _restore(saved)
+                raise
+            finally:
+                _journaling.active = False
+
+    transact_write_items.__doc__ = "moto's TransactWriteItems, backed up by a journal of its items (devstack)"
+    return transact_write_items
+
+
+# ------------------------------------------------------------------ install
+
+
+def install() -> None:
+    """Apply both fixes (idempotent)."""
+    if _installed:
+        return
+    _track_weakly()
+    _installed["transact_write_items"] = DynamoDBBackend.__dict__["transact_write_items"]
+    DynamoDBBackend.transact_write_items = _journaled(  # type: ignore[method-assign]
+        _installed["transact_write_items"]
+    )
+    _installed["copy"] = getattr(dynamodb_models, "copy")  # noqa: B009 - not exported, but what moto calls
+    setattr(dynamodb_models, "copy", _CopyWithoutTables())  # noqa: B010
+
+
+def uninstall() -> None:
+    """Put moto back as it was (instances tracked from now on strongly again)."""
+    if not _installed:
+        return
+    setattr(BaseModel, "__new__", _installed.pop("BaseModel.__new__"))  # noqa: B010
+    DynamoDBBackend.transact_write_items = _installed.pop("transact_write_items")  # type: ignore[method-assign]
+    setattr(dynamodb_models, "copy", _installed.pop("copy"))  # noqa: B010

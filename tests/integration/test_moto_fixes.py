@@ -1,0 +1,151 @@
+"""devstack.moto_fixes: a cancelled transaction still leaves every item as it was (now from a journal of its items,
+not a copy of the table), the table is never copied, and moto no longer keeps every model instance it ever made."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from moto.dynamodb.models.dynamo_type import Item
+
+import devstack
+from devstack import moto_fixes
+from devstack.template import Stack
+
+KEY = "t-journal"
+
+
+@pytest.fixture
+def stack() -> Iterator[Stack]:
+    stack = devstack.start_local_aws()
+    try:
+        yield stack
+    finally:
+        devstack.stop_local_aws()
+
+
+def item(sk: str, **attrs: Any) -> dict[str, Any]:
+    return {"pk": {"S": KEY}, "sk": {"S": sk}, **{name: {"N": str(value)} for name, value in attrs.items()}}
+
+
+def everything(client: Any, table: str) -> list[dict[str, Any]]:
+    found = client.query(
+        TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": KEY}}
+    )
+    return sorted(found["Items"], key=lambda i: i["sk"]["S"])
+
+
+def backend_table(stack: Stack) -> Any:
+    from moto.dynamodb.models import dynamodb_backends
+
+    return dynamodb_backends[stack.account][stack.region].tables[stack.table_name]
+
+
+def test_the_fixes_are_installed_with_the_local_runtime(stack: Stack) -> None:
+    from moto.core.common_models import BaseModel
+    from moto.dynamodb.models import DynamoDBBackend
+
+    assert "journal" in (DynamoDBBackend.transact_write_items.__doc__ or "")
+    assert isinstance(Item.instances_tracked, moto_fixes.WeakInstances) or "instances_tracked" not in Item.__dict__
+    assert BaseModel.__dict__["__new__"].__func__ is moto_fixes._weakly_tracked_new
+
+
+def test_a_cancelled_transaction_leaves_every_item_as_it_was(stack: Stack) -> None:
+    # Given three items
+    client = boto3.client("dynamodb")
+    table = stack.table_name
+    for sk, n in (("A", 1), ("B", 2), ("C", 3)):
+        client.put_item(TableName=table, Item=item(sk, n=n))
+    before = everything(client, table)
+    live_table = backend_table(stack)
+
+    # When a transaction puts a new item, updates one, deletes one, and then fails its last condition
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": item("D", n=4)}},
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": {"pk": {"S": KEY}, "sk": {"S": "A"}},
+                        "UpdateExpression": "SET n = :n, added = :n",
+                        "ExpressionAttributeValues": {":n": {"N": "100"}},
+                    }
+                },
+                {"Delete": {"TableName": table, "Key": {"pk": {"S": KEY}, "sk": {"S": "B"}}}},
+                {
+                    "ConditionCheck": {
+                        "TableName": table,
+                        "Key": {"pk": {"S": KEY}, "sk": {"S": "C"}},
+                        "ConditionExpression": "n = :wrong",
+                        "ExpressionAttributeValues": {":wrong": {"N": "0"}},
+                    }
+                },
+            ]
+        )
+
+    # Then it is cancelled for the condition, and the items are exactly as before (no D, A unchanged, B back)
+    assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+    reasons = [reason["Code"] for reason in caught.value.response["CancellationReasons"]]
+    assert reasons == ["None", "None", "None", "ConditionalCheckFailed"]
+    assert everything(client, table) == before
+    # And the table was never swapped for a copy
+    assert backend_table(stack) is live_table
+
+
+def test_a_transaction_naming_one_item_twice_is_refused_and_changes_nothing(stack: Stack) -> None:
+    client = boto3.client("dynamodb")
+    table = stack.table_name
+    client.put_item(TableName=table, Item=item("A", n=1))
+    before = everything(client, table)
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": table, "Item": item("A", n=2)}},
+                {"Delete": {"TableName": table, "Key": {"pk": {"S": KEY}, "sk": {"S": "A"}}}},
+            ]
+        )
+    assert caught.value.response["Error"]["Code"] == "ValidationException"
+    assert everything(client, table) == before
+
+
+def test_a_successful_transaction_writes_every_item(stack: Stack) -> None:
+    client = boto3.client("dynamodb")
+    table = stack.table_name
+    client.put_item(TableName=table, Item=item("A", n=1))
+    client.transact_write_items(
+        TransactItems=[
+            {"Put": {"TableName": table, "Item": item("B", n=2)}},
+            {
+                "Update": {
+                    "TableName": table,
+                    "Key": {"pk": {"S": KEY}, "sk": {"S": "A"}},
+                    "UpdateExpression": "ADD n :one",
+                    "ExpressionAttributeValues": {":one": {"N": "1"}},
+                }
+            },
+        ]
+    )
+    assert everything(client, table) == [item("A", n=2), item("B", n=2)]
+
+
+def test_moto_keeps_only_the_model_instances_that_are_alive(stack: Stack) -> None:
+    # Given one item read many times (each read copies it inside moto)
+    client = boto3.client("dynamodb")
+    client.put_item(TableName=stack.table_name, Item=item("A", n=1))
+    gc.collect()
+    tracked_before = len(Item.instances_tracked)
+    for _ in range(200):
+        client.query(
+            TableName=stack.table_name,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": KEY}},
+        )
+    # When the copies are no longer used
+    gc.collect()
+    # Then moto's instance tracking let them go (it used to keep all 200)
+    assert len(Item.instances_tracked) <= tracked_before + 5
