@@ -38,6 +38,7 @@ from devstack.apigw import http_event
 from packyard_cli.tokens import InvalidToken, LocalKey
 
 TEXT_TYPES = ("application/json", "application/problem+json", "application/xml", "application/x-www-form-urlencoded")
+READ_TIMEOUT_SECONDS = 10.0  # how long a request may take to arrive (API Gateway's own limit is 30 s)
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse larger payloads (413)
 
 
@@ -90,8 +91,10 @@ class LocalApiServer(ThreadingHTTPServer):
         *,
         openapi: Callable[[], dict[str, Any]],
         log: Callable[[str], None] | None = None,
+        read_timeout: float = READ_TIMEOUT_SECONDS,
     ) -> None:
         super().__init__(sock.getsockname()[:2], ApiRequestHandler, bind_and_activate=False)
+        self.read_timeout = read_timeout
         self.socket.close()
         self.socket = sock
         self.server_address = sock.getsockname()[:2]
@@ -121,6 +124,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     sys_version = ""
 
     # ---------------------------------------------------------------- plumbing
+
+    def setup(self) -> None:
+        # a client that sends less than its Content-Length (or goes quiet) frees its worker after the read timeout
+        self.request.settimeout(self.server.read_timeout)
+        super().setup()
 
     def do_GET(self) -> None:
         self._handle()
@@ -181,6 +189,16 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         started = time.monotonic()
         try:
             body = self._read_body()
+        except TimeoutError:
+            self.close_connection = True
+            status, headers, payload = problem(
+                408,
+                "invalid_request",
+                "Request timeout",
+                "the request body did not arrive in time (shorter than its Content-Length?)",
+            )
+            self._send(status, headers, payload)
+            return
         except (ValueError, OSError):
             self.close_connection = True  # the rest of the body is still on the wire
             status, headers, payload = problem(

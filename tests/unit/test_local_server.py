@@ -118,3 +118,29 @@ def test_concurrent_invocations_of_one_function_run_on_their_own_module_instance
     assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
     assert len({r.json()["instance"] for r in responses}) == 2
     assert not probe.barrier.broken
+
+
+def test_a_body_shorter_than_its_content_length_frees_the_worker_with_408(tmp_path: Path) -> None:
+    import socket
+
+    key = tokens.load_or_create_key(tmp_path)
+    server = LocalApiServer(
+        listen("127.0.0.1", 0, "api", "--api-port"),
+        LocalApi.__new__(LocalApi),
+        key,
+        openapi=dict,
+        log=lambda _: None,
+        read_timeout=0.5,
+    )
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        host, port = server.server_address[:2]
+        with socket.create_connection((host, port), timeout=SAFETY_TIMEOUT) as client:
+            client.sendall(b'PUT /v1/x HTTP/1.1\r\nHost: local\r\nContent-Length: 100\r\n\r\n{"short":')
+            answer = client.recv(65536).decode()
+        assert answer.startswith("HTTP/1.1 408"), answer
+        assert "application/problem+json" in answer
+    finally:
+        server.shutdown()
+        server.server_close()
