@@ -126,7 +126,8 @@ def _install_routes_served() -> bool:
     return INSTALL_ROUTES.issubset(served)
 
 
-def _start_stack(state_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+def start_stack(state_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    """``packyard local`` in a subprocess on free ports; returns it with its state (``api``, ``aws``, …) once up."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_"))}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "shared"), str(ROOT)])
     command = [sys.executable, "-m", "packyard_cli", "--state-dir", str(state_dir), "local"]
@@ -149,7 +150,7 @@ def _start_stack(state_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], d
     raise RuntimeError(f"the local stack did not start:\n{log.read_text()}")
 
 
-def _stop_stack(process: subprocess.Popen[bytes]) -> int:
+def stop_stack(process: subprocess.Popen[bytes]) -> int:
     if process.poll() is None:
         process.send_signal(signal.SIGINT)  # what Ctrl-C sends
         try:
@@ -277,7 +278,7 @@ def main() -> int:
         workdir.mkdir()
         _write_skill(workdir / "weather-skill")
         with console.status("starting the local stack (moto server, resources from template.yaml, HTTP API)…"):
-            process, state = _start_stack(state_dir, Path(tmp) / "local.log")
+            process, state = start_stack(state_dir, Path(tmp) / "local.log")
         console.print(
             Panel.fit(
                 f"HTTP API    [bold]{state['api']}[/]  (JWT checked with a local RS256 key)\n"
@@ -309,7 +310,7 @@ def main() -> int:
             yank = ("--token", reader.stdout.strip(), "yank", "weather-skill@1.1.0")
             journey.show(yank, journey.run(*yank, show=False, expect=7), 7)
         finally:
-            code = _stop_stack(process)
+            code = stop_stack(process)
         console.rule()
         console.print(f"local stack stopped (exit {code}); demo done in {time.monotonic() - started:.1f}s")
         if journey.surprises:

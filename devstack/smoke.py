@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,10 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from devstack.demo import start_stack, stop_stack
+
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_REFUSED, EXIT_NOT_FOUND, EXIT_UNAUTHORIZED = 3, 6, 7
 PERMISSION = "network:api.smoke.example"
-START_TIMEOUT = 90.0
 
 
 class Deviation(Exception):
@@ -210,39 +210,6 @@ def _approve_if_waiting(smoke: Smoke, package: str, ws: str) -> None:
 # ------------------------------------------------------------------ the local stack, when no endpoint is given
 
 
-def _start_local(state_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "shared"), str(ROOT)])
-    command = [sys.executable, "-m", "packyard_cli", "--state-dir", str(state_dir), "local"]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [*command, "--api-port", "0", "--aws-port", "0"], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the local stack exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            state = json.loads((state_dir / "local.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            state = {}
-        if state.get("pid") == process.pid:
-            return process, str(state["api"])
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"the local stack did not start in {START_TIMEOUT:.0f}s:\n{log.read_text()}")
-
-
-def _stop_local(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
 def _local_token(env: dict[str, str], *scopes: str) -> str:
     minted = subprocess.run(
         [*_cli(), "token", *(a for s in scopes for a in ("--scope", s))],
@@ -276,7 +243,8 @@ def main() -> int:
             else:
                 state_dir = workdir / ".packyard-local"
                 print("make smoke: no PACKYARD_ENDPOINT, starting a local stack (moto, nothing kept)", flush=True)
-                process, api = _start_local(state_dir, workdir / "local.log")
+                process, state = start_stack(state_dir, workdir / "local.log")
+                api = str(state["api"])
                 env.update({"PACKYARD_ENDPOINT": api, "PACKYARD_LOCAL_DIR": str(state_dir), "PACKYARD_TENANT": "smoke"})
                 unscoped = _local_token(env, "packages:read")
                 target = f"{api} (local stack)"
@@ -291,7 +259,7 @@ def main() -> int:
             return 0
         finally:
             if process is not None:
-                _stop_local(process)
+                stop_stack(process)
 
 
 def _report(smoke: Smoke, started: float, failed: str | None) -> None:

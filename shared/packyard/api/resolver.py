@@ -48,6 +48,16 @@ def _issue(issue: Any) -> dict[str, str]:
     return described
 
 
+def _refusal(app: APIGatewayHttpResolver) -> Response[str] | None:
+    """Powertools reads and validates the request before the route runs: a caller without a valid token or the
+    route's scope learns that (401/403), not what is wrong with its request."""
+    try:
+        authorize(app)
+    except PackyardError as refused:
+        return problem_response(refused, headers=refused.headers or None)
+    return None
+
+
 def build_resolver() -> APIGatewayHttpResolver:
     app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=json_body.loads)
 
@@ -60,21 +70,17 @@ def build_resolver() -> APIGatewayHttpResolver:
 
     @app.exception_handler(RequestValidationError)  # type: ignore[untyped-decorator]
     def _validation_error(error: RequestValidationError) -> Response[str]:
-        # Powertools validates the request before the route runs; a caller without the route's scope (or without a
-        # valid token) learns that, not what is wrong with its request
-        try:
-            authorize(app)
-        except PackyardError as refused:
-            return problem_response(refused, headers=refused.headers or None)
+        refused = _refusal(app)
+        if refused is not None:
+            return refused
         issues = [_issue(issue) for issue in error.errors()]
         return problem_response(InvalidRequest("request failed validation", errors=issues))
 
     @app.exception_handler(RequestUnsupportedContentType)  # type: ignore[untyped-decorator]
     def _unsupported_media_type(error: RequestUnsupportedContentType) -> Response[str]:
-        try:
-            authorize(app)
-        except PackyardError as refused:
-            return problem_response(refused, headers=refused.headers or None)
+        refused = _refusal(app)
+        if refused is not None:
+            return refused
         return problem_response(UnsupportedMediaType("request bodies are JSON: send Content-Type: application/json"))
 
     @app.exception_handler(UnicodeDecodeError)  # type: ignore[untyped-decorator]

@@ -20,15 +20,15 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from packyard.config import limits, required
-from packyard.errors import ClaimLost, PackyardError
+from packyard.config import limits
+from packyard.errors import ClaimLost
 from packyard.observability import logger, metrics, tracer
 from packyard.operations import settlement, workflow
 from packyard.operations.models import Operation, OperationState
 from packyard.publishing import rejection
-from packyard.publishing.models import Upload, UploadState
+from packyard.publishing.models import UploadState
 from packyard.publishing.uploads import retained_until
-from packyard.store import blobs, catalog, due, workflows, workspace
+from packyard.store import catalog, due, workflows, workspace
 from packyard.store.due import DueKind
 
 PAGE_SIZE = 50
@@ -75,7 +75,7 @@ def _sweep_upload(item: dict[str, Any], now: int) -> str:
         if now < upload.expires_at:
             return "not_due"
         catalog.settle_upload_without_release(upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now))
-        _discard_staging(upload)
+        rejection.discard_staging(upload)
         return "expired"
     if upload.state is UploadState.VERIFYING:
         status = workflows.execution_status(upload.execution_arn) if upload.execution_arn else None
@@ -88,25 +88,11 @@ def _sweep_upload(item: dict[str, Any], now: int) -> str:
     return "not_due"
 
 
-def _discard_staging(upload: Upload) -> None:
-    try:
-        blobs.delete_prefix_objects(
-            [
-                blobs.staged_archive_key(upload.tenant, upload.upload_id, upload.token),
-                blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token),
-            ]
-        )
-    except PackyardError:
-        logger.warning(
-            "could not delete staged objects; the bucket's lifecycle rule will", extra={"uploadId": upload.upload_id}
-        )
-
-
 def _sweep_operation(item: dict[str, Any], now: int) -> str:
     op = workspace.operation_from_due(item)
     if op.state not in workspace.DUE_STATES or op.lease_until > now:
         return "not_due"
-    status = workflows.execution_status(_execution_arn(op))
+    status = workflow.status(op)
     if status == RUNNING:
         return "running"
     if status is None:
@@ -124,7 +110,3 @@ def _ended_with(op: Operation, status: str) -> dict[str, Any] | None:
     if op.state is OperationState.AWAITING_CONSENT:
         return {"Error": "States.Timeout", "Cause": "no decision within the consent window"}
     return {"Error": "ExecutionEnded", "Cause": f"the workflow ended ({status}) before settling it"}
-
-
-def _execution_arn(op: Operation) -> str:
-    return workflows.execution_arn(required("install_state_machine_arn").install_state_machine_arn, op.execution_name())

@@ -23,8 +23,14 @@ def start(op: Operation) -> None:
     workflows.start(required("install_state_machine_arn").install_state_machine_arn, op.execution_name(), payload)
 
 
-def has_ended(op: Operation) -> bool:
-    """Whether the execution of the operation's current attempt ran and is over (looked up, never guessed)."""
+def status(op: Operation) -> str | None:
+    """The status of the execution of the operation's current attempt (looked up, never guessed); None when it was
+    never started."""
     machine = required("install_state_machine_arn").install_state_machine_arn
-    status = workflows.execution_status(workflows.execution_arn(machine, op.execution_name()))
-    return status is not None and status != "RUNNING"
+    return workflows.execution_status(workflows.execution_arn(machine, op.execution_name()))
+
+
+def has_ended(op: Operation) -> bool:
+    """Whether the execution of the operation's current attempt ran and is over."""
+    current = status(op)
+    return current is not None and current != "RUNNING"

@@ -41,7 +41,7 @@ def reject(
         )
     except ClaimLost:
         return {"rejected": False, "reason": "claim_lost"}
-    _discard_staging(upload)
+    discard_staging(upload)
     metrics.add_metric(name="UploadsRejected", unit=MetricUnit.Count, value=1)
     logger.info("upload rejected", extra={"code": rejection.code, "subCode": rejection.sub_code})
     return {"rejected": True, "rejection": rejection.as_output()}
@@ -71,8 +71,9 @@ def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None)
     return Rejection(code=code, sub_code=sub_code, detail=detail)
 
 
-def _discard_staging(upload: Upload) -> None:
-    """Staged objects of a rejected session are deleted now rather than left to the lifecycle rule."""
+def discard_staging(upload: Upload) -> None:
+    """Staged objects of a session that ended unpublished (rejected, expired) are deleted now rather than left to
+    the bucket's lifecycle rule; a failure here is only logged (the rule still reclaims them)."""
     try:
         blobs.delete_prefix_objects(
             [

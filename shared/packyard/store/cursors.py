@@ -22,8 +22,14 @@ def encode(last_key: dict[str, Any] | None) -> str | None:
     return base64.urlsafe_b64encode(json.dumps(last_key, sort_keys=True).encode()).decode()
 
 
-def decode(cursor: str | None, partition: str) -> dict[str, Any] | None:
-    """The start key a cursor names, if it names one in ``partition``."""
+TABLE_KEY = ("pk", "sk")
+
+
+def decode(
+    cursor: str | None, partition: str, *, names: tuple[str, ...] = TABLE_KEY, partition_name: str = "pk"
+) -> dict[str, Any] | None:
+    """The start key a cursor names, if it names one in ``partition``: exactly the string attributes ``names``
+    (the table's key; an index's key adds the index's own), with ``partition_name`` equal to ``partition``."""
     if not cursor:
         return None
     invalid = InvalidRequest("cursor is not valid")
@@ -33,12 +39,11 @@ def decode(cursor: str | None, partition: str) -> dict[str, Any] | None:
         decoded = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
     except (ValueError, UnicodeError, binascii.Error) as exc:
         raise invalid from exc
-    if not isinstance(decoded, dict) or set(decoded) != {"pk", "sk"}:
+    if not isinstance(decoded, dict) or set(decoded) != set(names):
         raise invalid
-    pk, sk = decoded["pk"], decoded["sk"]
-    if not (_string(pk) and _string(sk)) or pk["S"] != partition:
+    if not all(_string(decoded[name]) for name in names) or decoded[partition_name]["S"] != partition:
         raise invalid
-    return {"pk": {"S": pk["S"]}, "sk": {"S": sk["S"]}}
+    return {name: {"S": decoded[name]["S"]} for name in names}
 
 
 def _string(attribute: Any) -> bool:

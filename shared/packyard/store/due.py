@@ -9,20 +9,18 @@ An item leaves the index when the attributes are removed (a settled upload, a se
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import json
 from enum import StrEnum
 from typing import Any
 
-from packyard.errors import InvalidRequest
-from packyard.store import dynamo
+from packyard.store import cursors, dynamo
 
 INDEX = "DueIndex"
 SHARDS = 8
 SHARD_ATTRIBUTE = "dueShard"
 AT_ATTRIBUTE = "dueAt"
+# what the index's LastEvaluatedKey holds: the table's key and the index's
+INDEX_KEY = ("pk", "sk", SHARD_ATTRIBUTE, AT_ATTRIBUTE)
 
 
 class DueKind(StrEnum):
@@ -57,36 +55,11 @@ def query(
         "ExpressionAttributeValues": {":shard": {"S": partition}, ":now": {"S": f"{now:012d}"}},
         "Limit": limit,
     }
-    start = _decode(cursor, partition)
+    start = cursors.decode(cursor, partition, names=INDEX_KEY, partition_name=SHARD_ATTRIBUTE)
     if start:
         params["ExclusiveStartKey"] = start
     try:
         response = dynamo.dynamodb().query(**params)
     except Exception as exc:
         raise dynamo.translate_error(exc) from exc
-    return response.get("Items", []), _encode(response.get("LastEvaluatedKey"))
-
-
-def _encode(last_key: dict[str, Any] | None) -> str | None:
-    if not last_key:
-        return None
-    return base64.urlsafe_b64encode(json.dumps(last_key, sort_keys=True).encode()).decode()
-
-
-def _decode(cursor: str | None, partition: str) -> dict[str, Any] | None:
-    """A sweep cursor: the index's LastEvaluatedKey, only for the shard it came from."""
-    if not cursor:
-        return None
-    try:
-        decoded = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii")))
-    except (ValueError, UnicodeError, binascii.Error) as exc:
-        raise InvalidRequest("sweep cursor is not valid") from exc
-    names = {"pk", "sk", SHARD_ATTRIBUTE, AT_ATTRIBUTE}
-    if (
-        not isinstance(decoded, dict)
-        or set(decoded) != names
-        or not all(isinstance(v, dict) and set(v) == {"S"} and isinstance(v["S"], str) for v in decoded.values())
-        or decoded[SHARD_ATTRIBUTE]["S"] != partition
-    ):
-        raise InvalidRequest("sweep cursor is not valid")
-    return {name: {"S": decoded[name]["S"]} for name in names}
+    return response.get("Items", []), cursors.encode(response.get("LastEvaluatedKey"))

@@ -113,7 +113,7 @@ def batch_get(keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, An
         try:
             response = dynamodb().batch_get_item(RequestItems=request)
         except Exception as exc:
-            raise _translate(exc) from exc
+            raise translate_error(exc) from exc
         for item in response.get("Responses", {}).get(table_name(), []):
             found[(item["pk"]["S"], item["sk"]["S"])] = item
         request = response.get("UnprocessedKeys") or {}
@@ -126,7 +126,7 @@ def get(pk: str, sk: str, *, consistent: bool = True) -> dict[str, Any] | None:
     try:
         response = dynamodb().get_item(TableName=table_name(), Key=key(pk, sk), ConsistentRead=consistent)
     except Exception as exc:
-        raise _translate(exc) from exc
+        raise translate_error(exc) from exc
     item: dict[str, Any] | None = response.get("Item")
     return item
 
@@ -149,7 +149,7 @@ def query(
     try:
         response = dynamodb().query(**params)
     except Exception as exc:
-        raise _translate(exc) from exc
+        raise translate_error(exc) from exc
     return response.get("Items", []), cursors.encode(response.get("LastEvaluatedKey"))
 
 
@@ -176,7 +176,7 @@ def transact(items: list[dict[str, Any]]) -> None:
             if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
                 raise TransactionCancelled(reasons) from exc
             raise TransientStoreError("transaction conflict, retry") from exc
-        raise _translate(exc) from exc
+        raise translate_error(exc) from exc
 
 
 def update(params: dict[str, Any]) -> dict[str, Any] | None:
@@ -186,12 +186,9 @@ def update(params: dict[str, Any]) -> dict[str, Any] | None:
     except Exception as exc:
         if error_code(exc) == "ConditionalCheckFailedException":
             return None
-        raise _translate(exc) from exc
+        raise translate_error(exc) from exc
     return dict(response["Attributes"])
 
 
 def translate_error(exc: Exception) -> Exception:
     return translate(exc, "DynamoDB")
-
-
-_translate = translate_error
