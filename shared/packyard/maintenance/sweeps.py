@@ -57,7 +57,7 @@ def sweep(kind: DueKind, shard: int, now: int, cursor: str | None = None) -> Swe
         except ClaimLost:
             page.counts["raced"] += 1  # someone else moved it first: nothing left for us to do
         except Exception:
-            logger.exception("sweep action failed", extra={"pk": item.get("pk", {}).get("S")})
+            logger.exception("sweep action failed")  # the sweep and shard are in the log keys
             page.counts["failed"] += 1
     for outcome, count in page.counts.items():
         metrics.add_metric(

@@ -17,7 +17,7 @@ With two CPUs the tar walk and member hashing run on a second thread, fed the in
 queue, while the calling thread reads, hashes and inflates: zlib, ISA-L and hashlib all release the GIL, so the two
 halves overlap. Errors still come out in stream order (see ``_Pipeline``).
 
-Why one module of ~700 lines: the gzip member loop, the tar block parser and the per-entry checks share one
+Why one module of ~800 lines: the gzip member loop, the tar block parser and the per-entry checks share one
 streaming state (buffer, offsets, running hashes, limits); split apart, each piece would need the others' internals
 and the one-pass guarantee would be harder to see.
 """
