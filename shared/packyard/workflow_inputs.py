@@ -82,7 +82,7 @@ class SweepTask(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    kind: Literal["upload", "operation"]
+    kind: Literal["upload", "operation", "blob", "job"]
     shard: int = Field(ge=0, lt=1024)
     time: datetime
     cursor: str | None = Field(default=None, max_length=4096)

@@ -8,6 +8,7 @@ from typing import Literal, Self
 from pydantic import Field
 
 from packyard.api.publishing_responses import ApiModel
+from packyard.api.times import Timestamp
 from packyard.consent.models import Approval, ConsentWait
 from packyard.operations.models import AskedPermission, Consent
 
@@ -27,11 +28,11 @@ class ConsentView(ApiModel):
 
     permissions: list[AskedPermissionView]
     plan_digest: str = Field(alias="planDigest", description="approve or reject exactly this plan")
-    requested_at: int | None = Field(None, alias="requestedAt", description="epoch seconds")
-    deadline: int | None = Field(None, description="settles refused consent_expired after this, epoch seconds")
+    requested_at: Timestamp | None = Field(None, alias="requestedAt", description="RFC 3339 UTC")
+    deadline: Timestamp | None = Field(None, description="settles refused consent_expired after this, RFC 3339 UTC")
     decision: Literal["approve", "reject"] | None = None
     decided_by: str | None = Field(None, alias="decidedBy", description="the subject who decided")
-    decided_at: int | None = Field(None, alias="decidedAt", description="epoch seconds")
+    decided_at: Timestamp | None = Field(None, alias="decidedAt", description="RFC 3339 UTC")
 
     @classmethod
     def of(cls, consent: Consent) -> Self:
@@ -58,8 +59,8 @@ class ConsentWaitView(ApiModel):
     permissions: list[AskedPermissionView] = Field(description="what the plan adds")
     plan_digest: str = Field(alias="planDigest", description="send it with the decision")
     requested_by: str | None = Field(None, alias="requestedBy", description="the subject who asked")
-    since: int = Field(description="epoch seconds")
-    deadline: int = Field(description="settles refused consent_expired after this, epoch seconds")
+    since: Timestamp = Field(description="when it started waiting, RFC 3339 UTC")
+    deadline: Timestamp = Field(description="settles refused consent_expired after this, RFC 3339 UTC")
 
     @classmethod
     def of(cls, wait: ConsentWait) -> Self:
@@ -101,7 +102,7 @@ class ApprovalView(ApiModel):
     decision: Literal["approve", "reject"]
     plan_digest: str = Field(alias="planDigest")
     decided_by: str = Field(alias="decidedBy", description="the subject who decided")
-    decided_at: int = Field(alias="decidedAt", description="epoch seconds")
+    decided_at: Timestamp = Field(alias="decidedAt", description="RFC 3339 UTC")
     links: ApprovalLinks
 
     @classmethod

@@ -12,6 +12,8 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
 
+from packyard.api.times import Timestamp
+
 # Domain types
 from packyard.publishing.manifest import PermissionKind
 from packyard.publishing.models import (
@@ -105,7 +107,7 @@ class UploadView(ApiModel):
     archive: UploadArchive
     manifest_digest: str = Field(alias="manifestDigest", description="sha256 hex of the canonical manifest")
     content_digest: str = Field(alias="contentDigest", description="sha256 hex over the files' paths and digests")
-    expires_at: int = Field(alias="expiresAt", description="session deadline, epoch seconds")
+    expires_at: Timestamp = Field(alias="expiresAt", description="session deadline, RFC 3339 UTC")
     execution_arn: str | None = Field(None, alias="executionArn", description="publish state machine execution")
     rejection: RejectionView | None = Field(None, description="why the upload was rejected (state rejected)")
     release: str | None = Field(None, description="path of the published release (state published)")
@@ -151,7 +153,7 @@ class PackageView(ApiModel):
     package: str
     latest_version: str = Field(alias="latestVersion", description="highest published version")
     version_count: int = Field(alias="versionCount", description="versions ever published (yanked ones too)")
-    created_at: int = Field(alias="createdAt", description="epoch seconds")
+    created_at: Timestamp = Field(alias="createdAt", description="RFC 3339 UTC")
 
     @classmethod
     def of(cls, package: Package) -> Self:
@@ -198,8 +200,8 @@ class ReleaseView(ApiModel):
     unpacked_size: int = Field(alias="unpackedSize", description="total bytes of the files")
     file_count: int = Field(alias="fileCount")
     permissions: list[PermissionView] = Field(description="what the package declares it needs")
-    published_at: int = Field(alias="publishedAt", description="epoch seconds")
-    yanked_at: int | None = Field(None, alias="yankedAt", description="epoch seconds, when yanked")
+    published_at: Timestamp = Field(alias="publishedAt", description="RFC 3339 UTC")
+    yanked_at: Timestamp | None = Field(None, alias="yankedAt", description="when yanked, RFC 3339 UTC")
     published_by: str | None = Field(None, alias="publishedBy", description="the subject who published it")
 
     @classmethod
@@ -247,7 +249,7 @@ class ReceiptView(ApiModel):
     unpacked_size: int = Field(alias="unpackedSize")
     file_count: int = Field(alias="fileCount")
     upload_id: str = Field(alias="uploadId", description="the session that published it")
-    published_at: int = Field(alias="publishedAt", description="epoch seconds")
+    published_at: Timestamp = Field(alias="publishedAt", description="RFC 3339 UTC")
 
     @classmethod
     def of(cls, release: Release) -> Self:
@@ -300,7 +302,7 @@ class ArchiveLinkView(ApiModel):
     """``GET /v1/packages/{p}/versions/{v}/archive``: a short-lived download URL."""
 
     url: str = Field(description="presigned GET URL of the archive")
-    expires_at: int = Field(alias="expiresAt", description="when the URL stops working, epoch seconds")
+    expires_at: Timestamp = Field(alias="expiresAt", description="when the URL stops working, RFC 3339 UTC")
     sha256: str = Field(description="verify the downloaded bytes against this")
     size: int = Field(description="archive size in bytes")
     status: Literal[ReleaseStatus.PUBLISHED, ReleaseStatus.YANKED] = Field(

@@ -14,6 +14,7 @@ from pydantic import Field
 
 from packyard.api.consent_responses import AskedPermissionView, ConsentView, ConsentWaitView
 from packyard.api.publishing_responses import ApiModel, ReleaseArchive
+from packyard.api.times import Timestamp
 from packyard.consent.models import ConsentWait
 
 # Domain types
@@ -102,7 +103,7 @@ class InstallationView(ApiModel):
     grant_generation: int = Field(alias="grantGeneration", description="bumped whenever the grants change")
     config: dict[str, Any] = Field(description="free-form configuration given at install")
     last_operation_id: str = Field(alias="lastOperationId", description="the operation that wrote this version")
-    updated_at: int = Field(alias="updatedAt", description="epoch seconds")
+    updated_at: Timestamp = Field(alias="updatedAt", description="RFC 3339 UTC")
     etag: str = Field(description='the version as an entity tag, e.g. "3"; send it as If-Match to change it')
     pending_consent: ConsentWaitView | None = Field(
         None, alias="pendingConsent", description="an operation of it waiting for approval (pending_permission)"
@@ -178,8 +179,8 @@ class OperationView(ApiModel):
     intent: Intent
     origin: Origin = Field(description=ORIGIN)
     attempt: int = Field(description="restarts of the workflow after a lost lease")
-    created_at: int = Field(alias="createdAt", description="epoch seconds")
-    updated_at: int = Field(alias="updatedAt", description="epoch seconds")
+    created_at: Timestamp = Field(alias="createdAt", description="RFC 3339 UTC")
+    updated_at: Timestamp = Field(alias="updatedAt", description="RFC 3339 UTC")
     release: TargetView | None = Field(None, description="the release it installs; absent for an uninstall")
     installation_version: int | None = Field(
         None, alias="installationVersion", description="the installation version its plan writes, once planned"
@@ -188,7 +189,7 @@ class OperationView(ApiModel):
     note: str | None = Field(None, description="e.g. not_installed")
     phase: str | None = Field(None, description="where a pending operation waits")
     error_code: str | None = Field(None, alias="errorCode", description="the last error's code")
-    settled_at: int | None = Field(None, alias="settledAt", description="epoch seconds")
+    settled_at: Timestamp | None = Field(None, alias="settledAt", description="RFC 3339 UTC")
     superseded_by: str | None = Field(None, alias="supersededBy", description="the operation that took its slot")
     supersedes: str | None = Field(None, description="the operation whose slot it took")
     requested_by: str | None = Field(None, alias="requestedBy", description="the subject who asked for it")
@@ -305,7 +306,7 @@ class ResolvedView(ApiModel):
 
     workspace: str
     items: list[ResolvedInstallationView]
-    expires_at: int = Field(alias="expiresAt", description="when the URLs stop working, epoch seconds")
+    expires_at: Timestamp = Field(alias="expiresAt", description="when the URLs stop working, RFC 3339 UTC")
 
     @classmethod
     def of_resolved(cls, resolved: Resolved) -> Self:

@@ -22,6 +22,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard.config import limits
 from packyard.errors import ClaimLost
+from packyard.maintenance import jobs, reclaim, scrub
 from packyard.observability import logger, metrics, tracer
 from packyard.operations import settlement, workflow
 from packyard.operations.models import Operation, OperationState
@@ -50,7 +51,7 @@ def sweep(kind: DueKind, shard: int, now: int, cursor: str | None = None) -> Swe
     logger.append_keys(sweep=str(kind), shard=shard)
     items, next_cursor = due.query(kind, shard, now, limit=PAGE_SIZE, cursor=cursor)
     page = SweepPage(kind=kind, shard=shard, cursor=next_cursor)
-    act = _sweep_upload if kind is DueKind.UPLOAD else _sweep_operation
+    act = _ACTIONS[kind]
     for item in items:
         try:
             page.counts[act(item, now)] += 1
@@ -101,6 +102,26 @@ def _sweep_operation(item: dict[str, Any], now: int) -> str:
         return "started"
     settlement.settle_task(op.tenant, op.workspace, op.installation_id, op.operation_id, _ended_with(op, status))
     return "settled"
+
+
+def _sweep_blob(item: dict[str, Any], now: int) -> str:
+    """A blob is due to be reclaimed (nothing references it any more) or for its next integrity check."""
+    blob = catalog.blob_from_due(item)
+    if reclaim.is_unreferenced(blob):
+        return reclaim.reclaim_blob(blob, now)
+    return scrub.check_blob(blob, now)
+
+
+def _sweep_job(item: dict[str, Any], now: int) -> str:
+    return jobs.run_job(item, now)
+
+
+_ACTIONS = {
+    DueKind.UPLOAD: _sweep_upload,
+    DueKind.OPERATION: _sweep_operation,
+    DueKind.BLOB: _sweep_blob,
+    DueKind.JOB: _sweep_job,
+}
 
 
 def _ended_with(op: Operation, status: str) -> dict[str, Any] | None:

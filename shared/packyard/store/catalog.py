@@ -365,3 +365,7 @@ def postpone_upload_check(upload: Upload, check_by: int) -> None:
 
 def upload_from_due(item: dict[str, Any]) -> Upload:
     return from_item(Upload, item)
+
+
+def blob_from_due(item: dict[str, Any]) -> BlobRecord:
+    return from_item(BlobRecord, item)

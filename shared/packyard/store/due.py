@@ -26,6 +26,8 @@ INDEX_KEY = ("pk", "sk", SHARD_ATTRIBUTE, AT_ATTRIBUTE)
 class DueKind(StrEnum):
     UPLOAD = "upload"
     OPERATION = "operation"
+    BLOB = "blob"  # a blob record: reclaimed once nothing references it, else re-hashed at its next integrity check
+    JOB = "job"  # a cleanup job (maintenance.jobs): claimed, retried with backoff, parked after its last attempt
 
 
 def shard_of(identity: str) -> int:
