@@ -1,7 +1,7 @@
 """Output formats, as the ``aws`` CLI has them: ``--output table|json|tsv`` and ``--query`` (JMESPath) on every
 command that prints a result.
 
-* ``json``: the API's JSON (times stay epoch seconds, as the API sends them), after ``--query``.
+* ``json``: the API's JSON, after ``--query`` (times are RFC 3339 UTC strings, as the API sends them).
 * ``table`` (the default): for people. Key columns (names, versions, ids) are never cut or wrapped; other columns
   fold to the terminal's width; when stdout is not a terminal nothing is cut at all. Times are RFC 3339 (UTC).
 * ``tsv``: one line per item, tab-separated, no header, nothing shortened, times RFC 3339: for ``cut``, ``awk``,
@@ -45,11 +45,21 @@ def apply_query(data: Any, expression: str | None) -> Any:
 # ------------------------------------------------------------------ values
 
 
-def rfc3339(epoch: Any) -> str:
-    """``2026-11-30T14:25:03Z`` from epoch seconds ('' for anything else)."""
-    if isinstance(epoch, bool) or not isinstance(epoch, int | float):
+def rfc3339(value: Any) -> str:
+    """A time as ``2026-11-30T14:25:03Z``: the API sends RFC 3339 strings (shown in UTC; one that does not parse is
+    shown as sent); epoch seconds (what the API sent before 2026-11-30) are converted. '' for anything else."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value.replace("z", "Z").replace("t", "T"))
+        except ValueError:
+            return value
+        if parsed.tzinfo is None:
+            return value
+        moment = parsed.astimezone(datetime.UTC)
+    elif isinstance(value, bool) or not isinstance(value, int | float):
         return ""
-    moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    else:
+        moment = datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
     return (
         moment.strftime("%Y-%m-%dT%H:%M:%SZ")
         if moment.microsecond == 0

@@ -23,8 +23,8 @@ def short_digest(digest: Any, width: int = 12) -> str:
     return text[:width] + "…" if len(text) > width else text
 
 
-def utc_time(epoch: Any) -> str:
-    return rfc3339(epoch)
+def utc_time(value: Any) -> str:
+    return rfc3339(value)
 
 
 def human_size(n: Any) -> str:

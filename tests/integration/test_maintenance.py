@@ -136,7 +136,7 @@ def test_given_a_committed_operation_whose_settle_failed_when_swept_then_it_sett
     [
         {},
         {"detail-type": "Scheduled Event", "resources": ["arn:aws:events:us-east-1:123456789012:rule/someone-else"]},
-        {"kind": "blob", "shard": 0, "time": "2026-11-30T12:00:00Z"},
+        {"kind": "tarball", "shard": 0, "time": "2026-11-30T12:00:00Z"},
         {"kind": "upload", "shard": -1, "time": "2026-11-30T12:00:00Z"},
         {"kind": "upload", "shard": 0, "time": "yesterday"},
         {"kind": "upload", "shard": 0, "time": "2026-11-30T12:00:00Z", "cursor": "not-a-cursor"},

@@ -83,7 +83,7 @@ SESSION = {
     "archive": {"size": 2048, "sha256": ARCHIVE},
     "manifestDigest": MANIFEST,
     "contentDigest": CONTENT,
-    "expiresAt": 1900,
+    "expiresAt": "1970-01-01T00:31:40Z",
 }
 
 UPLOAD_CASES = [
@@ -202,9 +202,9 @@ RELEASE = {
         {"kind": "api_read", "resource": "calendar"},
         {"kind": "network", "resource": "*", "reason": "fetches feeds"},
     ],
-    "publishedAt": 1600,
+    "publishedAt": "1970-01-01T00:26:40Z",
 }
-YANKED = {**RELEASE, "status": "yanked", "yankedAt": 1700}
+YANKED = {**RELEASE, "status": "yanked", "yankedAt": "1970-01-01T00:28:20Z"}
 RECEIPT = {
     "package": "hello",
     "version": "1.0.0",
@@ -214,7 +214,7 @@ RECEIPT = {
     "unpackedSize": 4096,
     "fileCount": 2,
     "uploadId": "up-1",
-    "publishedAt": 1600,
+    "publishedAt": "1970-01-01T00:26:40Z",
 }
 STORED_MANIFEST = {"protocolVersion": 1, "files": [{"path": "SKILL.md", "size": 10, "sha256": ARCHIVE}], "metadata": {}}
 
@@ -248,7 +248,7 @@ PUBLISHING_CASES = [
         ArchiveLinkView.of(release(), "https://get.example/hello-1.0.0.tar.gz", 2300),
         {
             "url": "https://get.example/hello-1.0.0.tar.gz",
-            "expiresAt": 2300,
+            "expiresAt": "1970-01-01T00:38:20Z",
             "sha256": ARCHIVE,
             "size": 2048,
             "status": "published",
@@ -257,14 +257,20 @@ PUBLISHING_CASES = [
     ),
     pytest.param(
         ArchiveLinkView.of(release("yanked", yanked_at=1700), "https://get.example/a", 2300),
-        {"url": "https://get.example/a", "expiresAt": 2300, "sha256": ARCHIVE, "size": 2048, "status": "yanked"},
+        {
+            "url": "https://get.example/a",
+            "expiresAt": "1970-01-01T00:38:20Z",
+            "sha256": ARCHIVE,
+            "size": 2048,
+            "status": "yanked",
+        },
         id="archive-link-yanked",
     ),
     pytest.param(
         PackageView.of(
             Package(tenant="acme", package="hello", created_at=900, latest_version="1.1.0", version_count=2)
         ),
-        {"package": "hello", "latestVersion": "1.1.0", "versionCount": 2, "createdAt": 900},
+        {"package": "hello", "latestVersion": "1.1.0", "versionCount": 2, "createdAt": "1970-01-01T00:15:00Z"},
         id="package",
     ),
     pytest.param(
@@ -272,7 +278,9 @@ PUBLISHING_CASES = [
             [Package(tenant="acme", package="hello", created_at=900, latest_version="1.1.0", version_count=2)], None
         ),
         {
-            "items": [{"package": "hello", "latestVersion": "1.1.0", "versionCount": 2, "createdAt": 900}],
+            "items": [
+                {"package": "hello", "latestVersion": "1.1.0", "versionCount": 2, "createdAt": "1970-01-01T00:15:00Z"}
+            ],
             "nextCursor": None,
         },
         id="packages-page",
@@ -354,7 +362,7 @@ ACTIVE_JSON = {
     "grantGeneration": 2,
     "config": {"greeting": "hi", "nested": {"off": None}},
     "lastOperationId": "op-3",
-    "updatedAt": 2500,
+    "updatedAt": "1970-01-01T00:41:40Z",
     "etag": '"3"',
 }
 IN_TASK_JSON = {
@@ -403,8 +411,8 @@ OPERATION = {
     "intent": "install-or-select",
     "origin": "owner",
     "attempt": 0,
-    "createdAt": 2600,
-    "updatedAt": 2600,
+    "createdAt": "1970-01-01T00:43:20Z",
+    "updatedAt": "1970-01-01T00:43:20Z",
     "links": {"self": "/v1/workspaces/ws-1/operations/op-4"},
 }
 UNINSTALL_OF_NOTHING = operation(
@@ -443,7 +451,7 @@ WORKSPACE_CASES = [
             "state": "settled",
             "outcome": {"result": "succeeded", "code": "not_installed"},
             "note": "not_installed",
-            "settledAt": 2600,
+            "settledAt": "1970-01-01T00:43:20Z",
         },
         id="operation-settled-at-admission",
     ),
@@ -469,11 +477,11 @@ WORKSPACE_CASES = [
             "state": "settled",
             "intent": "create-only",
             "origin": "workflow",
-            "updatedAt": 2700,
+            "updatedAt": "1970-01-01T00:45:00Z",
             "release": {"package": "hello", "version": "1.1.0"},
             "installationVersion": 3,
             "outcome": {"result": "refused", "status": 409, "code": "stale_authority", "detail": "lost the slot"},
-            "settledAt": 2700,
+            "settledAt": "1970-01-01T00:45:00Z",
             "supersededBy": "op-5",
         },
         id="operation-settled-refused",
@@ -541,11 +549,15 @@ WORKSPACE_CASES = [
                     "config": {},
                 },
             ],
-            "expiresAt": 3400,
+            "expiresAt": "1970-01-01T00:56:40Z",
         },
         id="resolved",
     ),
-    pytest.param(ResolvedView.of("ws-1", [], 3400), {"workspace": "ws-1", "items": [], "expiresAt": 3400}, id="empty"),
+    pytest.param(
+        ResolvedView.of("ws-1", [], 3400),
+        {"workspace": "ws-1", "items": [], "expiresAt": "1970-01-01T00:56:40Z"},
+        id="empty",
+    ),
 ]
 
 
@@ -585,7 +597,7 @@ def test_keep_null_must_name_a_field() -> None:
 def test_views_refuse_unknown_fields() -> None:
     with pytest.raises(ValidationError):
         PackageView.model_validate(
-            {"package": "p", "latestVersion": "1.0.0", "versionCount": 1, "createdAt": 1, "x": 1}
+            {"package": "p", "latestVersion": "1.0.0", "versionCount": 1, "createdAt": "1970-01-01T00:00:01Z", "x": 1}
         )
 
 
