@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo smoke serve openapi test test-fast lint format bench validate clean invoke events build deploy
+.PHONY: help demo smoke serve openapi test test-fast fuzz lint format bench validate clean invoke events build deploy
 
 help:
 	@echo "make demo      the CLI journey against the local stack (publish, rejection, installs), no AWS account"
@@ -14,9 +14,10 @@ help:
 	@echo "make serve     the local stack on 127.0.0.1 (API :8787, moto :4566); Ctrl-C stops it"
 	@echo "make openapi   regenerate docs/openapi.json from the handlers"
 	@echo "make test      unit + integration (+ e2e) tests"
+	@echo "make fuzz      a longer schemathesis campaign over the whole OpenAPI (FUZZ_EXAMPLES per operation, FUZZ_SEED)"
 	@echo "make bench     print benchmark figures"
 	@echo "make lint      ruff + mypy"
-	@echo "make validate  cfn-lint and sam validate --lint on template.yaml"
+	@echo "make validate  cfn-lint, sam validate --lint and checkov on template.yaml"
 	@echo "make invoke    FN=verify [EVENT=events/sfn_verify.json]: one function, in-process, on a fresh local stack"
 	@echo "make build     sam build (needs python3.12, the Lambda runtime); make deploy ENV=dev|prod: sam deploy"
 
@@ -57,6 +58,13 @@ test: $(STAMP) $(SAM_VENV)/.installed
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
+# the fuzz test of make test (tests/e2e/test_fuzz.py), longer: schemathesis' coverage phase (boundary and negative
+# cases) and FUZZ_EXAMPLES generated requests per operation, with the same checks; FUZZ_SEED=N for another sequence
+FUZZ_EXAMPLES ?= 300
+fuzz: $(STAMP)
+	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_COVERAGE=1 $(if $(FUZZ_SEED),FUZZ_SEED=$(FUZZ_SEED)) \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_fuzz.py
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -76,9 +84,18 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_local_stack.py
 	$(BIN)/python benchmarks/simulate_capacity.py
 
-validate: $(STAMP) $(SAM_VENV)/.installed
+# checkov keeps its own virtualenv too (its pins differ from ours); every check it skips carries its reason in
+# template.yaml (Metadata: checkov: skip), and --skip-download keeps it offline
+CHECKOV_VENV := .venv-checkov
+$(CHECKOV_VENV)/.installed: requirements-checkov.lock
+	$(SAM_PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.lock
+	touch $(CHECKOV_VENV)/.installed
+
+validate: $(STAMP) $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed
 	$(BIN)/cfn-lint template.yaml
 	$(SAM_VENV)/bin/sam validate --lint --region us-east-1
+	$(CHECKOV_VENV)/bin/checkov --file template.yaml --framework cloudformation --quiet --compact --skip-download
 
 # ---- one function, the Docker-free `sam local invoke` (packyard_cli/invoke.py); `make invoke` alone lists them
 FN ?=
@@ -116,4 +133,4 @@ deploy: build
 	  $(if $(JWT_ISSUER),--parameter-overrides Stage=$(ENV) JwtIssuer=$(JWT_ISSUER) JwtAudience=$(JWT_AUDIENCE))
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local
