@@ -182,11 +182,42 @@ def bench_read_ratio(sizes: list[int]) -> None:
             )
 
 
+def bench_reclaim(count: int) -> None:
+    """Publish ``count`` releases of distinct content, yank them all, sweep until their blobs are gone."""
+    from devstack.api import LocalApi
+    from devstack.caller import Caller
+    from packyard_cli.build import build_from_files
+
+    print(f"\n3. Requests per reclaimed blob ({count} releases published, yanked, swept)")
+    with devstack.local_aws() as stack:
+        caller = Caller(LocalApi(stack), TENANT)
+        for i in range(count):
+            built = build_from_files({"SKILL.md": f"release {i}\n".encode() * 64})
+            assert caller.publish("reclaimed", f"1.0.{i}", built)["state"] == "published"
+            assert caller.delete(f"/v1/packages/reclaimed/versions/1.0.{i}").status == 200
+        now = int(time.time()) + 60
+        outcomes: Counter[str] = Counter()
+        with count_aws_requests() as requests:
+            for _ in range(3):  # the yanked release gives its blobs back, then the blobs are reclaimed
+                outcomes.update(full_sweep(now))
+        listed = boto3.client("s3").list_objects_v2(Bucket=stack.bucket_name, Prefix=f"blobs/{TENANT}/")
+        left = listed.get("KeyCount", 0)
+        reclaimed = outcomes["reclaimed"]
+        queries = requests[("dynamodb", "Query")]
+        per_blob = (sum(requests.values()) - queries) / max(reclaimed, 1)
+        print(f"   blobs reclaimed {reclaimed} (objects left {left}), releases given back {outcomes['released']}")
+        print(f"   requests per reclaimed blob (index pages aside): {per_blob:.1f}; index pages: {queries}")
+        other = {k: v for k, v in requests.items() if k != ("dynamodb", "Query")}
+        print("      " + ", ".join(f"{s} {o} {n / max(reclaimed, 1):.2f}" for (s, o), n in sorted(other.items())))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--reclaim", type=int, default=50, help="releases published, yanked and reclaimed")
     args = parser.parse_args()
     bench_read_ratio(args.sizes)
+    bench_reclaim(args.reclaim)
 
 
 if __name__ == "__main__":

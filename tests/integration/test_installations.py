@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from packyard.api.times import epoch_of
 from packyard_cli.build import build_from_files
 
 WS = "ws-1"
@@ -231,4 +232,4 @@ def test_an_operation_settled_at_admission_starts_its_retention_clock(releases, 
         TableName=stack.table_name,
         Key={"pk": {"S": f"TENANT#t-acme#WS#{WS}"}, "sk": {"S": f"OP#{settled['operationId']}"}},
     )["Item"]
-    assert int(item["expiresAt"]["N"]) == settled["settledAt"] + 90 * 24 * 3600
+    assert int(item["expiresAt"]["N"]) == epoch_of(settled["settledAt"]) + 90 * 24 * 3600

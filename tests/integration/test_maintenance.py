@@ -14,6 +14,7 @@ import devstack
 from devstack.caller import Caller
 from devstack.lambdas import LambdaContext, load_module
 from packyard import clock
+from packyard.api.times import epoch_of
 from packyard.operations import settlement
 from packyard.store import due, workflows
 from packyard_cli.build import build_from_files
@@ -183,7 +184,7 @@ def test_given_settled_operations_then_the_latest_is_kept_and_an_earlier_one_exp
             ConsistentRead=True,
         )["Item"]
 
-    assert int(stored(first)["expiresAt"]["N"]) == first["settledAt"] + 90 * 24 * HOUR
+    assert int(stored(first)["expiresAt"]["N"]) == epoch_of(first["settledAt"]) + 90 * 24 * HOUR
     assert "expiresAt" not in stored(second)  # the installation's latest settled operation is kept
     assert "dueShard" not in stored(first) and "dueShard" not in stored(second)  # settled: out of the due index
 

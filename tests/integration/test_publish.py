@@ -6,6 +6,7 @@ import hashlib
 
 import pytest
 
+from packyard.api.times import epoch_of
 from packyard_cli.build import build_from_files
 from tests.support.callers import all_keys, release_items, used_bytes
 
@@ -144,7 +145,7 @@ def test_expired_session_is_refused_with_upload_expired_and_gives_back_its_reser
 
     session = acme.request_upload("hello-skill", "1.0.0", built).body
     acme.put_archive(session, built.archive)
-    monkeypatch.setattr(clock, "now", lambda: session["expiresAt"] + 1)
+    monkeypatch.setattr(clock, "now", lambda: epoch_of(session["expiresAt"]) + 1)
 
     late = acme.post(f"/v1/uploads/{session['uploadId']}/complete")
 

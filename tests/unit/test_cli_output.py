@@ -23,7 +23,7 @@ RELEASE = {
     "archive": {"sha256": "a" * 64, "size": 389},
     "fileCount": 2,
     "permissions": [{"kind": "network", "resource": "api.weather.example"}],
-    "publishedAt": 1796049772,
+    "publishedAt": "2026-11-30T14:42:52Z",
 }
 
 
@@ -49,9 +49,23 @@ def context(**options: Any) -> tuple[Context, io.StringIO, io.StringIO]:
 
 
 def test_times_are_rfc3339_utc() -> None:
+    # the API sends RFC 3339 UTC strings: shown as sent, another offset in UTC
+    assert output.rfc3339("2026-11-30T14:42:52Z") == "2026-11-30T14:42:52Z"
+    assert output.rfc3339("2026-11-30T15:42:52+01:00") == "2026-11-30T14:42:52Z"
+    assert output.rfc3339("2026-11-30t14:42:52.250z") == "2026-11-30T14:42:52.250Z"
+    assert (
+        output.rfc3339("not a time") == "not a time" and output.rfc3339("2026-11-30T14:42:52") == "2026-11-30T14:42:52"
+    )
+    # epoch seconds, as the API sent them before, still read as times
     assert output.rfc3339(0) == "1970-01-01T00:00:00Z"
     assert output.rfc3339(1796049772) == "2026-11-30T14:42:52Z"
     assert output.rfc3339(None) == "" and output.rfc3339(True) == ""
+
+
+def test_json_output_passes_the_api_times_through(capsys: pytest.CaptureFixture[str]) -> None:
+    ctx, _, _ = context(output="json")
+    ctx.show({"items": [RELEASE]}, columns=RELEASE_COLUMNS)
+    assert json.loads(capsys.readouterr().out)["items"][0]["publishedAt"] == "2026-11-30T14:42:52Z"
 
 
 def test_tsv_has_no_header_full_values_and_rfc3339_times(capsys: pytest.CaptureFixture[str]) -> None:
