@@ -211,13 +211,53 @@ def bench_reclaim(count: int) -> None:
         print("      " + ", ".join(f"{s} {o} {n / max(reclaimed, 1):.2f}" for (s, o), n in sorted(other.items())))
 
 
+def bench_scrub(count: int, size_mib: int) -> None:
+    """Publish ``count`` packages of incompressible content, then time one scrub of every blob against a bare
+    ``get_object`` + sha256 loop over the same objects."""
+    import hashlib
+
+    from devstack.api import LocalApi
+    from devstack.caller import Caller
+    from packyard.config import limits
+    from packyard_cli.build import build_from_files
+
+    print(f"\n4. Scrub throughput vs plain read + sha256 ({count} packages of {size_mib} MiB, incompressible)")
+    with devstack.local_aws() as stack:
+        caller = Caller(LocalApi(stack), TENANT)
+        for i in range(count):
+            built = build_from_files({"payload.bin": os.urandom(size_mib * 1024 * 1024)})
+            assert caller.publish("scrubbed", f"1.0.{i}", built)["state"] == "published"
+        s3 = boto3.client("s3")
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=stack.bucket_name, Prefix=f"blobs/{TENANT}/")["Contents"]]
+        total = sum(o["Size"] for o in s3.list_objects_v2(Bucket=stack.bucket_name, Prefix="blobs/")["Contents"])
+        started = time.perf_counter()
+        for key in keys:
+            body = s3.get_object(Bucket=stack.bucket_name, Key=key)["Body"]
+            digest = hashlib.sha256()
+            while chunk := body.read(1024 * 1024):
+                digest.update(chunk)
+        plain = time.perf_counter() - started
+        at = int(time.time()) + limits().scrub_interval_seconds + 60
+        started = time.perf_counter()
+        outcomes = full_sweep(at)
+        scrubbed = time.perf_counter() - started
+        mib = total / 1024 / 1024
+        print(f"   blobs checked {outcomes['healthy']} of {len(keys)}, {mib:.0f} MiB")
+        print(f"   plain read + sha256: {mib / plain:7.0f} MiB/s ({plain:.2f} s)")
+        print(f"   scrub (full sweep):  {mib / scrubbed:7.0f} MiB/s ({scrubbed:.2f} s)")
+        print(f"   ratio scrub / plain: {plain / scrubbed:.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--reclaim", type=int, default=50, help="releases published, yanked and reclaimed")
+    parser.add_argument("--scrub", type=int, default=16, help="packages published, then scrubbed")
+    parser.add_argument("--scrub-mib", type=int, default=8, help="size of each scrubbed package")
     args = parser.parse_args()
     bench_read_ratio(args.sizes)
     bench_reclaim(args.reclaim)
+    bench_scrub(args.scrub, args.scrub_mib)
 
 
 if __name__ == "__main__":
