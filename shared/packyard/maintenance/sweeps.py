@@ -1,11 +1,16 @@
 """Sweeps over the due index: each reads one page of one shard of what is due at ``now`` and acts on each item with a
 fenced write, so a sweep is safe to run twice, concurrently, or after a crash anywhere (a re-run acts on what is
-still due). A failing action is logged and counted (an alarm watches the count); its item stays due and is retried
-by the next run.
+still due). A failing action is logged and counted (``SweepActionsFailed``) and its item backed off
+(``jobs.back_off``, fenced on the due time the sweep read): due again after an exponential backoff, and after its
+last attempt parked (out of the sweeps' reach, still listed, ``SweepItemsParked`` alarmed): never retried forever,
+never silently dropped. The first page of shard 0 of each kind also reports how many of its items are parked
+(``parked_total``).
 
 - **Upload sessions.** Awaiting upload past the deadline → ``expired``, reservation returned, staging objects
   deleted. Verifying past the reservation window → its execution is looked up: still running → looked at again
   later; ended (or never started) without settling → rejected (reservation returned, staging deleted).
+- **Cleanup jobs** (``maintenance.jobs``): claimed, run, deleted; a failure is retried with backoff, then parked.
+  An expired session whose staging objects could not be deleted gets a ``staging`` job.
 - **Operations** past their lease → the execution of their attempt is looked up (never guessed): running → left
   alone (still working, or waiting for consent until its window ends); never started (admission died) → started;
   ended without settling → settled as Settle would have: succeeded if its commit is in place, ``consent_expired`` if
@@ -27,7 +32,7 @@ from packyard.observability import logger, metrics, tracer
 from packyard.operations import settlement, workflow
 from packyard.operations.models import Operation, OperationState
 from packyard.publishing import rejection
-from packyard.publishing.models import UploadState
+from packyard.publishing.models import Upload, UploadState
 from packyard.publishing.uploads import retained_until
 from packyard.store import catalog, due, workflows, workspace
 from packyard.store.due import DueKind
@@ -52,14 +57,25 @@ def sweep(kind: DueKind, shard: int, now: int, cursor: str | None = None) -> Swe
     items, next_cursor = due.query(kind, shard, now, limit=PAGE_SIZE, cursor=cursor)
     page = SweepPage(kind=kind, shard=shard, cursor=next_cursor)
     act = _ACTIONS[kind]
-    for item in items:
+    budget = _ReadBudget(kind)
+    for index, item in enumerate(items):
+        if not budget.allows(item):
+            # this page's read budget is spent: the rest stays due, the next page starts after the last item acted on
+            page.cursor = due.cursor_after(kind, shard, items[index - 1])
+            page.counts["deferred"] += len(items) - index
+            break
         try:
             page.counts[act(item, now)] += 1
         except ClaimLost:
             page.counts["raced"] += 1  # someone else moved it first: nothing left for us to do
-        except Exception:
+        except Exception as failure:
             logger.exception("sweep action failed")  # the sweep and shard are in the log keys
             page.counts["failed"] += 1
+            page.counts[_back_off(kind, item, now, failure)] += 1
+    if shard == 0 and cursor is None:
+        parked = _parked_total(kind)
+        if parked:
+            page.counts["parked_total"] += parked
     for outcome, count in page.counts.items():
         metrics.add_metric(
             name=f"Sweep{kind.title()}{outcome.title().replace('_', '')}", unit=MetricUnit.Count, value=count
@@ -70,13 +86,59 @@ def sweep(kind: DueKind, shard: int, now: int, cursor: str | None = None) -> Swe
     return page
 
 
+def _back_off(kind: DueKind, item: dict[str, Any], now: int, failure: Exception) -> str:
+    """Back the failed item off (or park it); if even that fails, it stays due as it was (the next run retries)."""
+    try:
+        return jobs.back_off(kind, item, now, failure)
+    except Exception:
+        logger.exception("could not back off a failed sweep item; it stays due")
+        return "back_off_failed"
+
+
+def _parked_total(kind: DueKind) -> int:
+    try:
+        return due.count_parked(kind)
+    except Exception:
+        logger.exception("could not count parked items")
+        return 0
+
+
+def _retry_staging(upload: Upload, now: int) -> None:
+    """The staging objects could not be deleted: a ``staging`` cleanup job retries it (with backoff)."""
+    jobs.enqueue(upload.tenant, jobs.JobKind.STAGING, {"uploadId": upload.upload_id, "token": upload.token}, now)
+
+
+class _ReadBudget:
+    """The bytes one page of blob checks may read (``scrub_bytes_per_page``), counted by each record's size before
+    its check; the first item of a page is always acted on, so every page makes progress. Other kinds read no
+    object bytes: unbounded."""
+
+    def __init__(self, kind: DueKind) -> None:
+        self.left = limits().scrub_bytes_per_page if kind is DueKind.BLOB else None
+        self.first = True
+
+    def allows(self, item: dict[str, Any]) -> bool:
+        if self.left is None:
+            return True
+        cost = scrub.bytes_to_check(item)
+        if not self.first and cost > self.left:
+            return False
+        self.first = False
+        self.left -= cost
+        return True
+
+
 def _sweep_upload(item: dict[str, Any], now: int) -> str:
     upload = catalog.upload_from_due(item)
     if upload.state is UploadState.AWAITING_UPLOAD:
         if now < upload.expires_at:
             return "not_due"
+        # staging first: a crash after it leaves the session due, and the re-run ends it; a crash after the settle
+        # would leave the objects to the bucket's lifecycle rule. Nobody can complete a session past its deadline.
+        staged_gone = rejection.discard_staging(upload)
         catalog.settle_upload_without_release(upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now))
-        rejection.discard_staging(upload)
+        if not staged_gone:
+            _retry_staging(upload, now)
         return "expired"
     if upload.state is UploadState.VERIFYING:
         status = workflows.execution_status(upload.execution_arn) if upload.execution_arn else None
@@ -113,6 +175,9 @@ def _sweep_blob(item: dict[str, Any], now: int) -> str:
 
 
 def _sweep_job(item: dict[str, Any], now: int) -> str:
+    if reclaim.is_release_job(item):
+        # a yanked release is its own job until it has given its blobs back (due again when a holder lets go)
+        return reclaim.run_release_job(item, now)
     return jobs.run_job(item, now)
 
 

@@ -9,8 +9,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard import clock
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost, NotFound, PackyardError, VersionExists
+from packyard.maintenance import reclaim
 from packyard.observability import logger, metrics, tracer
-from packyard.publishing.models import Rejection, Upload, UploadState
+from packyard.publishing.models import ArchiveSource, Rejection, Upload, UploadState
 from packyard.publishing.uploads import retained_until
 from packyard.publishing.verification import claimed
 from packyard.store import blobs, catalog
@@ -30,8 +31,15 @@ def reject(
         return {"rejected": False, "reason": "claim_lost"}
     if upload.state is not UploadState.VERIFYING:
         return {"rejected": upload.state is UploadState.REJECTED, "state": str(upload.state)}
+    now = clock.now()
+    if not (verdict and verdict.get("verdict") == "rejected"):
+        # publish may have run and written blobs before it failed: any without a record is an orphan, reclaimed by
+        # the blob sweep if still nothing references it (marked before the settle, so a crash here is re-run)
+        reclaim.mark_orphans(upload.tenant, _written_blobs(upload), now)
+    # staging first: nothing reads it once verification ended, and a crash after it leaves the session verifying, so
+    # the retry (or the sweep) settles it; a crash after the settle would leave the objects to the lifecycle rule
+    discard_staging(upload)
     try:
-        now = clock.now()
         catalog.settle_upload_without_release(
             upload,
             UploadState.REJECTED,
@@ -41,10 +49,17 @@ def reject(
         )
     except ClaimLost:
         return {"rejected": False, "reason": "claim_lost"}
-    discard_staging(upload)
     metrics.add_metric(name="UploadsRejected", unit=MetricUnit.Count, value=1)
     logger.info("upload rejected", extra={"code": rejection.code, "subCode": rejection.sub_code})
     return {"rejected": True, "rejection": rejection.as_output()}
+
+
+def _written_blobs(upload: Upload) -> dict[str, int]:
+    """The blobs a publish of ``upload`` writes (sha256 → size): its manifest, and its archive unless it reused one."""
+    written = {upload.manifest_digest: upload.manifest_size}
+    if upload.source is ArchiveSource.UPLOAD:
+        written[upload.archive_sha256] = upload.archive_size
+    return written
 
 
 # errorType (the exception class name, as Step Functions reports it) → the stable code the caller sees
@@ -71,9 +86,10 @@ def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None)
     return Rejection(code=code, sub_code=sub_code, detail=detail)
 
 
-def discard_staging(upload: Upload) -> None:
+def discard_staging(upload: Upload) -> bool:
     """Staged objects of a session that ended unpublished (rejected, expired) are deleted now rather than left to
-    the bucket's lifecycle rule; a failure here is only logged (the rule still reclaims them)."""
+    the bucket's lifecycle rule; a failure here is only logged (the rule still reclaims them) and answered False (a
+    sweep then retries it as a cleanup job)."""
     try:
         blobs.delete_prefix_objects(
             [
@@ -85,3 +101,5 @@ def discard_staging(upload: Upload) -> None:
         logger.warning(
             "could not discard staged objects; the lifecycle rule will", extra={"uploadId": upload.upload_id}
         )
+        return False
+    return True
