@@ -24,7 +24,7 @@ import devstack
 from devstack.api import LocalApi
 from devstack.caller import Caller
 from devstack.faults import InjectedCrash, crash_after
-from packyard import clock
+from packyard import clock, config
 from packyard.maintenance import sweeps
 from packyard.operations import settlement
 from packyard.store import due, workflows
@@ -46,6 +46,13 @@ class ProcessDied(BaseException):
 def stack() -> Iterator[devstack.Stack]:
     with devstack.local_aws() as created:
         yield created
+
+
+@pytest.fixture(autouse=True)
+def _fresh_config() -> Iterator[None]:
+    """A case may change a limit through the environment: settings read after it are read anew."""
+    yield
+    config.reset()
 
 
 def _sweep(kinds: tuple[DueKind, ...], now: int) -> dict[str, int]:
@@ -207,12 +214,33 @@ def _shared_check(stack: devstack.Stack, caller: Caller, state: dict[str, Any]) 
     assert [entry["release"] for entry in resolved["items"]] == ["1.0.1"]
 
 
+def _rotten_setup(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    """An installed release whose archive rots in S3; the scrub checks every blob an hour after its publish."""
+    mp.setenv("PACKYARD_SCRUB_INTERVAL_SECONDS", str(HOUR))
+    config.reset()
+    caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"rots\n" * 50}))
+    caller.wait_settled(WS, caller.install(WS, "hello", "hello", "1.0.0", key="k-rot"))
+    archive = caller.get("/v1/packages/hello/versions/1.0.0").body["archive"]["sha256"]
+    key = f"blobs/{caller.tenant}/sha256/{archive}"
+    boto3.client("s3").put_object(Bucket=stack.bucket_name, Key=key, Body=b"bit rot")
+    return {"used": used_bytes(stack, caller.tenant)}
+
+
+def _rotten_check(stack: devstack.Stack, caller: Caller, state: dict[str, Any]) -> None:
+    assert caller.get("/v1/packages/hello/versions/1.0.0").body["status"] == "unavailable"
+    assert caller.get(caller.installation_path(WS, "hello")).body["status"] == "needs_attention"
+    assert caller.get(f"/v1/workspaces/{WS}/resolved").body["items"] == []
+    assert len(_blob_keys(stack, caller.tenant)) == 2  # nothing is deleted: an operator looks at it
+    assert used_bytes(stack, caller.tenant) == state["used"]
+
+
 CASES = {
     "expired-session": Case((DueKind.UPLOAD,), _expired_session_setup, _expired_session_check),
     "verify-never-ran": Case((DueKind.UPLOAD,), _unstarted_verify_setup, _unstarted_verify_check),
     "settle-failed": Case((DueKind.OPERATION,), _stuck_settle_setup, _stuck_settle_check),
     "yanked-unreferenced": Case((DueKind.JOB, DueKind.BLOB), _yanked_setup, _yanked_check, later=HOUR),
     "yanked-but-held": Case((DueKind.JOB, DueKind.BLOB), _shared_setup, _shared_check, later=HOUR),
+    "rotten-blob": Case((DueKind.BLOB,), _rotten_setup, _rotten_check, later=2 * HOUR),
 }
 
 
