@@ -17,7 +17,14 @@ How it runs:
   the same for every function) and its first invocation with a realistic event: API functions get an API Gateway v2
   event (a read, or a replayed PUT), Step Functions tasks get the state input of the settled operation or published
   upload (a replay: one or two DynamoDB reads, the shape of the floor's one GetItem);
-* median of ``--runs`` (default 5) per case, cases interleaved so drift in machine speed hits all alike.
+* median of ``--runs`` (default 5) per case, cases interleaved so drift in machine speed hits all alike;
+* every case runs from a copy laid out as the deployment is (the layer's ``packyard`` package, each function's
+  ``app.py``, and the floor's and the bare resolver's files beside them) with the bytecode ``make build`` ships:
+  ``.pyc`` compiled once (``--bytecode compiled``, the default). Lambda's file system is read-only, so code deployed
+  without bytecode is compiled from source at every cold start; the floor's libraries (boto3, Powertools, pydantic)
+  come compiled here, and ``make build`` compiles everything it deploys. ``--bytecode source`` measures the same
+  copy without ``.pyc`` (a deployment that does not compile; about 240 M more instructions for admission's ~55
+  modules of ours).
 
 Prints figures with the target beside them; asserts nothing. ``--importtime HANDLER`` prints the slowest imports of
 one handler (``python -X importtime``), the place to look when a ratio grows.
@@ -26,8 +33,11 @@ one handler (``python -X importtime``), the place to look when a ratio grows.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
+import py_compile
+import shutil
 import statistics
 import subprocess
 import sys
@@ -135,8 +145,28 @@ def lambda_environment(base: dict[str, str], function: str) -> dict[str, str]:
     return env
 
 
-def run_case(path: Path, name: str, event: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    code = PROBE.format(shared=str(ROOT / "shared"), path=str(path), name=name, event=json.dumps(event))
+def build_artifact(dest: Path, *, compiled: bool) -> Path:
+    """What ``make build`` deploys, in ``dest``: ``layer/packyard`` (``/opt/python`` on Lambda) and
+    ``functions/<name>/app.py`` (``/var/task``), with unchecked-hash ``.pyc`` beside them when ``compiled`` (as the
+    build compiles them). Returns the layer directory, the one the handlers import ``packyard`` from."""
+    layer = dest / "layer"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "shared" / "packyard", layer / "packyard", ignore=skip)
+    shutil.copytree(ROOT / "functions", dest / "functions", ignore=skip)
+    (dest / "baseline").mkdir()
+    (dest / "baseline" / "bare.py").write_text(BARE)
+    (dest / "baseline" / "floor.py").write_text(FLOOR)
+    if compiled:
+        done = compileall.compile_dir(
+            dest, quiet=1, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH, workers=1
+        )
+        if not done:
+            raise RuntimeError(f"compiling {dest} failed")
+    return layer
+
+
+def run_case(path: Path, name: str, event: dict[str, Any], env: dict[str, str], layer: Path) -> dict[str, Any]:
+    code = PROBE.format(shared=str(layer), path=str(path), name=name, event=json.dumps(event))
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tempfile.gettempdir(), check=False
     )
@@ -239,11 +269,17 @@ def floor_event() -> dict[str, Any]:
 # ------------------------------------------------------------------ reporting
 
 
-def importtime(handler: str) -> None:
-    """The 25 slowest imports (cumulative) of one handler file, from ``python -X importtime``."""
-    path = ROOT / "functions" / handler / "app.py"
+def importtime(handler: str, *, compiled: bool) -> None:
+    """The 25 slowest imports (cumulative) of one handler file, from ``python -X importtime``, run from the built
+    artifact as the benchmark runs it."""
+    with tempfile.TemporaryDirectory(prefix="packyard-importtime-") as tmp:
+        layer = build_artifact(Path(tmp), compiled=compiled)
+        _importtime(Path(tmp) / "functions" / handler / "app.py", layer, handler)
+
+
+def _importtime(path: Path, layer: Path, handler: str) -> None:
     code = (
-        f"import sys, importlib.util; sys.path.insert(0, {str(ROOT / 'shared')!r}); "
+        f"import sys, importlib.util; sys.path.insert(0, {str(layer)!r}); "
         f"s = importlib.util.spec_from_file_location('handler', {str(path)!r}); "
         "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)"
     )
@@ -262,12 +298,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--importtime", metavar="HANDLER", help="print the slowest imports of functions/HANDLER")
+    parser.add_argument(
+        "--bytecode",
+        choices=["compiled", "source"],
+        default="compiled",
+        help="run the artifact with .pyc compiled as make build ships it (default), or from source only",
+    )
     args = parser.parse_args()
+    compiled = args.bytecode == "compiled"
     os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
     os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "ERROR")
     if args.importtime:
-        importtime(args.importtime)
+        importtime(args.importtime, compiled=compiled)
         return
 
     from devstack.local import start
@@ -278,26 +321,29 @@ def main() -> None:
         try:
             handlers = seed(local.stack)
             base_env = dict(os.environ)
-            bare, floor = Path(tmp) / "bare.py", Path(tmp) / "floor.py"
-            bare.write_text(BARE)
-            floor.write_text(FLOOR)
+            artifact = Path(tmp) / "artifact"
+            layer = build_artifact(artifact, compiled=compiled)
             ping = floor_event()
             cases: dict[str, tuple[Path, dict[str, Any]]] = {
-                "bare resolver": (bare, ping),
-                "floor": (floor, ping),
-                **{name: (Path(path), event) for name, (path, event) in sorted(handlers.items())},
+                "bare resolver": (artifact / "baseline" / "bare.py", ping),
+                "floor": (artifact / "baseline" / "floor.py", ping),
+                **{
+                    name: (artifact / Path(path).relative_to(ROOT), event)
+                    for name, (path, event) in sorted(handlers.items())
+                },
             }
             samples: dict[str, list[dict[str, Any]]] = {name: [] for name in cases}
             for _ in range(args.runs):
                 for name, (path, event) in cases.items():
                     function = name if name in handlers else "floor"
-                    samples[name].append(run_case(path, function, event, lambda_environment(base_env, function)))
+                    env = lambda_environment(base_env, function)
+                    samples[name].append(run_case(path, function, event, env, layer))
         finally:
             local.stop()
-    report(samples, args.runs)
+    report(samples, args.runs, args.bytecode)
 
 
-def report(samples: dict[str, list[dict[str, Any]]], runs: int) -> None:
+def report(samples: dict[str, list[dict[str, Any]]], runs: int, bytecode: str = "compiled") -> None:
     def median(name: str, *keys: str) -> float:
         return statistics.median(sum(sample[key] for key in keys) for sample in samples[name]) * 1000
 
@@ -305,7 +351,7 @@ def report(samples: dict[str, list[dict[str, Any]]], runs: int) -> None:
     floor_wall, bare_wall = median("floor", "import", "first"), median("bare resolver", "import", "first")
     print(
         "Cold start: a fresh interpreter importing the handler and answering its first invocation, in the Lambda "
-        f"environment with tracing active (median of {runs}, same run)"
+        f"environment with tracing active (median of {runs}, same run; bytecode: {bytecode})"
     )
     header = (
         f"{'handler':<15}{'import':>8}{'1st call':>10}{'total':>8}{'vs floor':>10}{'vs bare':>9}"

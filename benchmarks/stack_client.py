@@ -80,6 +80,20 @@ class StackProcess:
     def threads(self) -> int:
         return len(os.listdir(f"/proc/{self.process.pid}/task"))
 
+    def memory_report(self, timeout: float = 300.0) -> dict[str, Any] | None:
+        """What the stack's memory holds (``devstack.memory.report``: RSS, threads, moto's stored data), which it
+        writes to its state dir on SIGUSR1; None if it does not answer in time."""
+        path = self.state_dir / "memory.json"
+        path.unlink(missing_ok=True)
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if path.exists():
+                report: dict[str, Any] = json.loads(path.read_text("utf-8"))
+                return report
+            time.sleep(0.1)
+        return None
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)

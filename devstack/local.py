@@ -275,7 +275,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
     """Run until SIGINT/SIGTERM. Returns the process exit code."""
     from rich.console import Console
 
-    from devstack import lambdas
+    from devstack import lambdas, memory
 
     console = Console(stderr=True, highlight=False)
     if sockets is None:
@@ -291,6 +291,9 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
         stop_requested.set()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    report_requested = threading.Event()
+    if hasattr(signal, "SIGUSR1"):  # the benchmarks ask what the memory holds: written to <state dir>/memory.json
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, lambda *_: report_requested.set())
     started = time.monotonic()
     try:
         with console.status("starting the local stack (moto, resources from template.yaml, handlers)…"):
@@ -335,6 +338,9 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
             print(f"READY {stack.api_url} {stack.aws_url}", file=sys.stderr, flush=True)
         while not stop_requested.wait(0.5):
             lambdas.clear_invocations()  # kept for tests' assertions; a long-running server must not hoard them
+            if report_requested.is_set():
+                report_requested.clear()
+                memory.write_report(stack.state_dir / "memory.json")
         console.print("stopping…")
     finally:
         stack.stop()

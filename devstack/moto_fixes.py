@@ -1,4 +1,4 @@
-"""Two fixes to moto that a long-running local stack needs: memory that stays flat, transactions that stay fast.
+"""Three fixes to moto that a long-running local stack needs: memory that stays flat, transactions that stay fast.
 
 **Every moto model instance was kept forever.** moto's ``BaseModel.__new__`` appends each instance it creates to its
 class's ``instances_tracked`` list (for the moto server's dashboard), so every DynamoDB ``Item`` a read copied, every
@@ -12,7 +12,12 @@ Those copies were also tracked (above), so the local stack grew by a full copy o
 that makes it atomic. Here the backup is a journal of just the items the transaction names: they are copied before it
 runs and put back (or removed, if they did not exist) when it fails. moto's own copy of the table is skipped.
 
-Both are installed by :func:`devstack.lambdas.install` (the one call every local runtime makes: tests, the local
+**Every Step Functions thread was kept forever.** moto's ASL interpreter appends every thread it starts (two or more
+per execution: the execution, its program, each Map iteration and Parallel branch, each task-token wait) to a
+module-level list, ``TMP_THREADS``, that nothing reads or empties. Here each new execution first drops the threads
+of that list that have finished.
+
+All three are installed by :func:`devstack.lambdas.install` (the one call every local runtime makes: tests, the local
 stack, benchmarks) and removed by :func:`devstack.lambdas.uninstall`.
 """
 
@@ -31,6 +36,8 @@ from moto.core.model_instances import model_data
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+from moto.stepfunctions.parser.utils import TMP_THREADS
 
 from devstack import serializable
 
@@ -148,11 +155,31 @@ def _journaled(inner: Callable[..., Any]) -> Callable[..., Any]:
     return transact_write_items
 
 
+# ------------------------------------------------------------------ finished interpreter threads
+
+
+def _prune_finished_threads() -> None:
+    """Drop finished threads from moto's ``TMP_THREADS`` (in place: moto's modules hold the list itself). One
+    ``remove`` at a time, so a thread another execution appends meanwhile is never lost."""
+    for thread in [thread for thread in TMP_THREADS if not thread.is_alive()]:
+        with contextlib.suppress(ValueError):
+            TMP_THREADS.remove(thread)
+
+
+def _pruning(start: Callable[..., Any]) -> Callable[..., Any]:
+    def start_pruned(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _prune_finished_threads()
+        return start(self, *args, **kwargs)
+
+    start_pruned.__doc__ = "moto's ExecutionWorker.start, after dropping finished threads from TMP_THREADS (devstack)"
+    return start_pruned
+
+
 # ------------------------------------------------------------------ install
 
 
 def install() -> None:
-    """Apply both fixes (idempotent)."""
+    """Apply the three fixes (idempotent)."""
     if _installed:
         return
     _track_weakly()
@@ -162,6 +189,8 @@ def install() -> None:
     )
     _installed["copy"] = getattr(dynamodb_models, "copy")  # noqa: B009 - not exported, but what moto calls
     setattr(dynamodb_models, "copy", _CopyWithoutTables())  # noqa: B010
+    _installed["ExecutionWorker.start"] = ExecutionWorker.__dict__["start"]
+    setattr(ExecutionWorker, "start", _pruning(_installed["ExecutionWorker.start"]))  # noqa: B010
 
 
 def uninstall() -> None:
@@ -171,3 +200,4 @@ def uninstall() -> None:
     setattr(BaseModel, "__new__", _installed.pop("BaseModel.__new__"))  # noqa: B010
     DynamoDBBackend.transact_write_items = _installed.pop("transact_write_items")  # type: ignore[method-assign]
     setattr(dynamodb_models, "copy", _installed.pop("copy"))  # noqa: B010
+    setattr(ExecutionWorker, "start", _installed.pop("ExecutionWorker.start"))  # noqa: B010

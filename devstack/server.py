@@ -151,6 +151,13 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def do_OPTIONS(self) -> None:
         self._handle()
 
+    def __getattr__(self, name: str) -> Any:
+        # any other method (TRACE, QUERY, ...) reaches the router too, which answers 404 problem+json as API Gateway
+        # answers a route it does not have; http.server alone would answer 501 with an HTML page
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
+
     def log_message(self, format: str, *args: Any) -> None:  # the access line is written by _handle
         pass
 

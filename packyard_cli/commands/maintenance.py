@@ -1,4 +1,6 @@
-"""``packyard sweep``: run every maintenance sweep once on the local stack, now or "as if at" a time; and
+"""``packyard sweep``: run every maintenance sweep once on the local stack, now or "as if at" a time, and print what
+each did (per kind: expired, settled, ..., for cleanup jobs done / retried / parked, for any failed action
+backed_off / parked) and how many items are parked in all (``parked_total``); and
 ``packyard usage``: what the tenant and a workspace use of their quotas."""
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from packyard_cli.render import human_size
 RELATIVE = re.compile(r"\+(\d+)([smhd])", re.ASCII)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 WAIT_SECONDS = 120
+# what the sweeps report besides what they did: how many items of a kind are parked (retried no more) right now
+PARKED_TOTAL = "parked_total"
 SWEEP_COLUMNS = (
     Column("sweep", dig("sweep"), key=True),
     Column("action", dig("action"), key=True),
@@ -70,6 +74,10 @@ def cmd_sweep(ctx: Context, args: argparse.Namespace) -> int:
     ctx.note(f"swept as of {event['time']}")
     rows = [{"sweep": kind, "action": action, "items": count} for (kind, action), count in sorted(totals.items())]
     ctx.show({"time": event["time"], "items": rows}, columns=SWEEP_COLUMNS, empty="nothing was due")
+    parked = {kind: count for (kind, action), count in sorted(totals.items()) if action == PARKED_TOTAL}
+    if parked:
+        listed = ", ".join(f"{count} {kind}" for kind, count in parked.items())
+        ctx.warn(f"parked after their last attempt, waiting for an operator: {listed} (see the sweeper's error logs)")
     return EXIT_OK
 
 

@@ -51,6 +51,17 @@ class Limits(BaseModel):
     settled_operation_retention_seconds: int = Field(default=90 * 24 * 3600, gt=0)
     # how long an operation waits for an owner's approval before it settles refused consent_expired
     consent_window_seconds: int = Field(default=7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
+    # the integrity scrub: every blob is re-hashed this long after its last check (or its publish), and one sweep
+    # page reads at most this many bytes (the rest stays due; the next page resumes after the last blob checked)
+    scrub_interval_seconds: int = Field(default=7 * 24 * 3600, gt=0)
+    scrub_bytes_per_page: int = Field(default=1 * GiB, gt=0)
+    # a sweep action (or cleanup job) that fails is retried after min(base * 2**(attempts-1), cap) seconds, and parked
+    # (out of the due index, findable, alarmed) once it has failed this many times: never retried forever
+    sweep_retry_base_seconds: int = Field(default=60, gt=0)
+    sweep_retry_cap_seconds: int = Field(default=6 * 3600, gt=0)
+    sweep_max_attempts: int = Field(default=8, gt=0, le=64)
+    # a claimed cleanup job is hidden from other sweeps this long (longer than the sweeper's timeout, 300 s)
+    job_claim_seconds: int = Field(default=900, gt=0)
 
 
 class Settings(BaseModel):

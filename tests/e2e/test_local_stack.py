@@ -119,6 +119,19 @@ def test_an_unknown_route_is_404_before_authorization(stack: Stack) -> None:
     assert response.json()["code"] == "not_found"
 
 
+@pytest.mark.parametrize("method", ["TRACE", "QUERY", "BREW"])
+def test_a_method_no_route_has_is_a_404_problem_not_a_501_page(
+    stack: Stack, http: requests.Session, method: str
+) -> None:
+    # Given a method the API routes nowhere (found by the schema fuzzer: http.server answered 501 with an HTML page)
+    response = http.request(method, f"{stack.api}/v1/usage", timeout=10)
+
+    # Then it is answered as API Gateway answers a route it does not have: 404, problem+json with a stable code
+    assert response.status_code == 404, response.text
+    assert response.headers["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "not_found"
+
+
 def test_tenants_are_isolated(stack: Stack, cli: Cli, tmp_path: Path) -> None:
     # Given a release published by one tenant
     published = cli("publish", str(write_skill(tmp_path / "skill")), "--package", "private-skill", "--version", "1.0.0")

@@ -355,12 +355,31 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     }
 
 
+def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
+    """The integrity scrub a scrub interval later: healthy blobs re-hashed, a missing one marks its release
+    unavailable and the installation of it needing attention."""
+    ws = "ws-iam-scrub"
+    published = acme.publish("scrubbed", "1.0.0", _v(b"to rot\n"))
+    assert acme.wait_settled(ws, acme.install(ws, "scrubbed", "scrubbed", "1.0.0", key="k-scrub"))["outcome"] == {
+        "result": "succeeded"
+    }
+    boto3.client("s3", region_name=stack.region).delete_object(
+        Bucket=stack.bucket_name, Key=f"blobs/{TENANT}/sha256/{published['archive']['sha256']}"
+    )
+
+    _sweep(stack, clock.now() + 8 * 24 * HOUR)
+
+    assert _ok(acme.get("/v1/packages/scrubbed/versions/1.0.0"), 200)["status"] == "unavailable"
+    assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/scrubbed"), 200)["status"] == "needs_attention"
+
+
 JOURNEYS: list[Callable[[devstack.Stack, Caller, pytest.MonkeyPatch], None]] = [
     publishing,
     installations,
     consent_ends,
     recovery,
     sweeps,
+    scrub,
 ]
 
 

@@ -7,7 +7,7 @@ from typing import Literal, Self
 
 from pydantic import Field
 
-from packyard.api.publishing_responses import ApiModel
+from packyard.api.base import ApiModel
 from packyard.api.times import Timestamp
 from packyard.consent.models import Approval, ConsentWait
 from packyard.operations.models import AskedPermission, Consent

@@ -1,4 +1,5 @@
-"""API response models of the publish side (uploads, packages, releases), and ``ApiModel``, the base of them all.
+"""API response models of the publish side (uploads, packages, releases). ``ApiModel``, the base of them all, and
+``ReleaseArchive`` live in ``packyard.api.base`` (re-exported here for existing importers).
 
 One model per route, separate from the domain models and from what the store keeps. Each renders, with
 ``model_dump(by_alias=True, mode="json")``, exactly the JSON the handlers answered with when the bodies were hand-built
@@ -8,10 +9,12 @@ constructors only reshape what they are given (clocks and download URLs come in 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
 
+from packyard.api.base import ApiModel as ApiModel
+from packyard.api.base import ReleaseArchive as ReleaseArchive
 from packyard.api.times import Timestamp
 
 # Domain types
@@ -26,35 +29,6 @@ from packyard.publishing.models import (
     Upload,
     UploadState,
 )
-
-
-class ApiModel(BaseModel):
-    """Base of every response body: camelCase aliases; a None value means "key left out" unless kept as null."""
-
-    # defer_build: a handler builds the schemas of the views it answers with, on first use, not all of them at import
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid", defer_build=True)
-
-    keep_null: ClassVar[frozenset[str]] = frozenset()
-    """Aliases of the keys answered as ``null`` rather than left out when their value is None."""
-    _null_keys: ClassVar[frozenset[str]] = frozenset()
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        aliases = {name: field.alias or name for name, field in cls.model_fields.items()}
-        unknown = cls.keep_null - set(aliases.values())
-        if unknown:
-            raise TypeError(f"{cls.__name__}.keep_null names no field: {sorted(unknown)}")
-        # by alias or by name, whichever way the caller dumps
-        cls._null_keys = cls.keep_null | {name for name, alias in aliases.items() if alias in cls.keep_null}
-
-    # No return annotation on purpose: pydantic would take an annotated return type as this model's serialization
-    # schema (a bare object), where without one the schema stays the model's own, typed field by field.
-    @model_serializer(mode="wrap")
-    def _omit_none(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):  # type: ignore[no-untyped-def]
-        data = handler(self)
-        return {key: value for key, value in data.items() if value is not None or key in self._null_keys}
-
 
 # ---- publishing: upload sessions ------------------------------------------------------------------------------------
 
@@ -175,11 +149,6 @@ class PackagePage(ApiModel):
     @classmethod
     def of(cls, packages: list[Package], next_cursor: str | None) -> Self:
         return cls(items=[PackageView.of(p) for p in packages], next_cursor=next_cursor)
-
-
-class ReleaseArchive(ApiModel):
-    sha256: str = Field(description="sha256 hex of the stored archive")
-    size: int = Field(description="archive size in bytes")
 
 
 class PermissionView(ApiModel):

@@ -8,17 +8,17 @@ expiry times come in as arguments); they do no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import Field
 
+from packyard.api.base import ApiModel, ReleaseArchive
 from packyard.api.consent_responses import AskedPermissionView, ConsentView, ConsentWaitView
-from packyard.api.publishing_responses import ApiModel, ReleaseArchive
 from packyard.api.times import Timestamp
 from packyard.consent.models import ConsentWait
 
 # Domain types
-from packyard.installations.grants import Grant
+from packyard.installations.grants import Grant, PermissionKind
 from packyard.installations.models import (
     Creation,
     Installation,
@@ -29,9 +29,10 @@ from packyard.installations.models import (
 )
 from packyard.installations.scopes import Scope, ScopeKind
 from packyard.operations.models import Intent, Operation, OperationKind, OperationState, Outcome, Preview
-from packyard.publishing.manifest import PermissionKind
-from packyard.workspaces.models import Resolved
-from packyard.workspaces.usage import TenantUsage, WorkspaceUsage
+
+if TYPE_CHECKING:  # only in signatures: a handler that serves no usage or resolved route does not import them
+    from packyard.workspaces.models import Resolved
+    from packyard.workspaces.usage import TenantUsage, WorkspaceUsage
 
 Origin = Literal["owner", "workflow"]
 ORIGIN = "who asked: the workspace owner, or a workflow acting for it (a workflow cannot widen grants)"

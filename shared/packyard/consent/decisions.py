@@ -21,6 +21,7 @@ from packyard.installations.models import check_installation_id, check_workspace
 from packyard.observability import logger, metrics, tracer
 from packyard.operations.models import Operation, OperationState
 from packyard.operations.preconditions import check_idempotency_key, digest
+from packyard.operations.timing import lease_until
 from packyard.store import consent, workflows, workspace
 
 DECISION_ATTEMPTS = 3
@@ -109,13 +110,16 @@ def decide(
 
 
 def _decided(op: Operation, request: DecisionRequest, principal: Principal, now: int) -> Operation:
-    """Out of awaiting_consent: back to planned, the decision recorded on the operation."""
+    """Out of awaiting_consent: back to planned, the decision recorded on the operation. No longer waiting, it
+    holds an ordinary lease again from now (the heartbeat of its next step, Commit or Settle): a decision just
+    before the consent deadline does not leave the step that follows it past its lease."""
     if op.consent is None:
         raise StaleAuthority(f"operation {op.operation_id} asks no consent")
     return op.model_copy(
         update={
             "state": OperationState.PLANNED,
             "version": op.version + 1,
+            "lease_until": lease_until(now),
             "updated_at": now,
             "consent": op.consent.model_copy(
                 update={"decision": request.decision, "decided_by": principal.subject, "decided_at": now}

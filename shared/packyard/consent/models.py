@@ -29,7 +29,7 @@ class ConsentWait(BaseModel):
 class Approval(BaseModel):
     """``APPROVAL#<approvalId>``: one decision on one waiting operation, recorded once per Idempotency-Key."""
 
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     approval_id: str = Field(alias="approvalId")
     operation_id: str = Field(alias="operationId")

@@ -12,6 +12,9 @@ from packyard.installations.scopes import ScopeKind, is_wider, widest
 
 Origin = Literal["owner", "workflow"]
 PermissionKey = tuple[str, str]
+PermissionKind = Literal["api_read", "api_write", "events", "state", "network"]
+"""The kinds a manifest declares (``publishing.manifest.PermissionKind``, the same literal, kept here too so the
+workspace views need not import the manifest module)."""
 
 
 class Grant(BaseModel):
@@ -20,7 +23,7 @@ class Grant(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["api_read", "api_write", "events", "state", "network"]
+    kind: PermissionKind
     resource: str = "*"
     origin: Origin = "owner"
     ceiling: ScopeKind = ScopeKind.WORKSPACE

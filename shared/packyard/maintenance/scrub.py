@@ -1,9 +1,102 @@
-"""The integrity scrub: re-hash stored blobs on a rolling schedule. Placeholder: filled in by issue 8's scrub work."""
+"""The integrity scrub: re-hash stored blobs on a rolling schedule, within a bytes-per-page budget.
+
+Every blob record is due for its first check ``scrub_interval_seconds`` after its publish, then as long again after
+each check (the blob kind of the due index, a slot shared with reclamation: the sweep reclaims an unreferenced blob
+and checks the others). A check streams the object through sha256 and compares digest and length with the record:
+
+- **healthy** → due again one interval later (a fenced update on the due time the sweep read);
+- **missing or corrupt** → every release the blob belongs to (the record's ``releases`` set, added to by each
+  publish) becomes ``unavailable`` (installs, updates, rollbacks, restores and promotes of it are refused
+  ``release_unavailable``; its archive has no download), every active installation of those releases
+  ``needs_attention`` (the resolved view lists active installations only), ``BlobsCorrupt`` is emitted (alarmed),
+  and last the record gets ``corruptAt`` and its next check. Marking the record last makes a crash anywhere
+  converge: the record stays due at the time it was read and the next run marks again; each mark is conditional
+  (a release already unavailable, an installation no longer active of it are left alone), so marking twice
+  changes nothing. Nothing is ever unmarked by the scrub: a blob that reads healthy again after being marked is
+  logged for an operator.
+
+Records written before the scrub carry neither due attributes (they are never checked until backfilled) nor
+``releases`` (a corrupt one is logged and marks nothing).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from aws_lambda_powertools.metrics import MetricUnit
+
+from packyard.config import limits
+from packyard.errors import ClaimLost
+from packyard.observability import logger, metrics
+from packyard.store import blobs, catalog, workspace
 from packyard.store.records import BlobRecord
+
+HOLDERS_PAGE = 100
+
+
+def next_check(now: int) -> int:
+    """When a blob published or checked at ``now`` is next re-hashed."""
+    return now + limits().scrub_interval_seconds
+
+
+def bytes_to_check(item: dict[str, Any]) -> int:
+    """What checking a due blob record reads (its recorded size): the sweep's budget counts it before the check."""
+    return int(item.get("size", {}).get("N", 0))
 
 
 def check_blob(blob: BlobRecord, now: int) -> str:
-    return "not_due"
+    """Re-hash the blob's stored object and act on the verdict; the outcome the sweep counts."""
+    tenant = blob.tenant
+    if tenant is None:
+        raise ClaimLost(f"blob {blob.sha256} has no tenant")
+    found = blobs.sha256_of(blobs.blob_key(tenant, blob.sha256), stop_after=blob.size)
+    if found is not None and found == (blob.sha256, blob.size):
+        if blob.corrupt_at is not None:
+            logger.warning(
+                "a blob marked corrupt reads healthy again; its releases stay unavailable",
+                extra={"sha256": blob.sha256, "corruptAt": blob.corrupt_at},
+            )
+        catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=False)
+        return "healthy"
+    problem = "missing" if found is None else "corrupt"
+    releases, installations = _mark_unusable(tenant, blob, now)
+    if blob.corrupt_at is None:
+        metrics.add_metric(name="BlobsCorrupt", unit=MetricUnit.Count, value=1)
+    logger.error(
+        "blob failed its integrity check",
+        extra={
+            "sha256": blob.sha256,
+            "problem": problem,
+            "expected": {"size": blob.size},
+            "found": {"size": found[1]} if found else None,
+            "releasesMarked": releases,
+            "installationsMarked": installations,
+            "firstFound": blob.corrupt_at is None,
+        },
+    )
+    catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
+    return problem if blob.corrupt_at is None else f"still_{problem}"
+
+
+def _mark_unusable(tenant: str, blob: BlobRecord, now: int) -> tuple[int, int]:
+    """Every release of the blob ``unavailable``, every active installation of one ``needs_attention``; how many
+    of each changed now (conditional writes: what was marked already is left alone)."""
+    if not blob.releases:
+        logger.warning(
+            "the corrupt blob records no releases (written before the scrub): none marked unavailable",
+            extra={"sha256": blob.sha256},
+        )
+    releases = installations = 0
+    for ref in sorted(blob.releases):
+        package, _, version = ref.partition("@")
+        releases += catalog.mark_release_unavailable(tenant, package, version, now)
+        cursor: str | None = None
+        while True:
+            holders, cursor = catalog.release_holders(tenant, package, version, limit=HOLDERS_PAGE, cursor=cursor)
+            for workspace_id, installation_id in holders:
+                installations += workspace.mark_needs_attention(
+                    tenant, workspace_id, installation_id, (package, version), now
+                )
+            if not cursor:
+                break
+    return releases, installations

@@ -15,6 +15,9 @@ never silently dropped. The first page of shard 0 of each kind also reports how 
   alone (still working, or waiting for consent until its window ends); never started (admission died) → started;
   ended without settling → settled as Settle would have: succeeded if its commit is in place, ``consent_expired`` if
   it was waiting for consent, else ``unconfirmed``.
+- **Blobs**: reclaimed when nothing references them (``maintenance.reclaim``), else re-hashed at their next integrity
+  check (``maintenance.scrub``). A page of blobs reads at most ``scrub_bytes_per_page`` bytes; past it the rest stays
+  due (``deferred``) and the page's cursor points right after the last blob it acted on.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from typing import Any
 
 from packyard import clock
 from packyard.config import limits
-from packyard.errors import ClaimLost, LimitExceeded, QuotaExceeded, StaleAuthority
+from packyard.errors import ClaimLost, LimitExceeded, QuotaExceeded, ReleaseUnavailable, StaleAuthority
 from packyard.installations.models import Installation
 from packyard.installations.scopes import ScopeKind
 from packyard.observability import logger, tracer
@@ -53,17 +53,24 @@ def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_versi
         counts=counter_changes(op.baseline, plan),
         lease_until=committed.lease_until,
         bytes_change=(referenced_bytes_change(op.baseline, plan), limits().workspace_quota_bytes),
+        **hold_changes(op.baseline, plan),
     )
     if conflict is None:
         logger.info("operation committed", extra={"installationVersion": plan.version})
         return {"version": committed.version, "committed": True}
     current = workspace.get_installation(tenant, workspace_id, op.installation_id)
     if current is not None and current.same_content(plan):
-        # the row already equals the plan: an earlier attempt committed it. Record the transition only.
-        workspace.transition(op, committed)
+        # the row already equals the plan: an earlier attempt committed it. Record the transition (and renew the
+        # slot's lease with the operation's, as the commit would have).
+        workspace.transition(op, committed, slot_lease=committed.lease_until)
         return {"version": committed.version, "committed": True, "replay": True}
     if conflict.operation_changed or conflict.slot_lost:
         raise ClaimLost(f"operation {operation_id} lost its claim before commit")
+    if conflict.release_unavailable and plan.release is not None:
+        raise ReleaseUnavailable(
+            f"{plan.release.package}@{plan.release.version} is no longer available: yanked and its stored bytes "
+            "reclaimed, or its stored bytes failed an integrity check"
+        )
     if conflict.limit_reached:
         raise LimitExceeded("installation limit reached while committing")
     if conflict.quota_reached:
@@ -104,6 +111,35 @@ def referenced_bytes(installation: Installation | None) -> int:
     if installation is None or not installation.is_live or installation.release is None:
         return 0
     return installation.release.archive_size
+
+
+def held_releases(installation: Installation | None) -> dict[tuple[str, str], bool]:
+    """The releases an installation keeps from being reclaimed: its active release and its previous one (the
+    rollback target), each (package, version) → whether it is the active one. A removed installation holds none:
+    nothing runs it and it cannot be rolled back (a reinstall takes its previous back as a non-active hold)."""
+    if installation is None or not installation.is_live:
+        return {}
+    held: dict[tuple[str, str], bool] = {}
+    if installation.previous is not None:
+        held[(installation.previous.package, installation.previous.version)] = False
+    if installation.release is not None:
+        held[(installation.release.package, installation.release.version)] = True
+    return held
+
+
+def hold_changes(baseline: Installation | None, plan: Installation) -> dict[str, Any]:
+    """What ``plan`` replacing ``baseline`` starts and stops holding (pure): releases newly held (active ones must
+    still have their blobs: a yanked release whose blobs were given back cannot become active again) and releases
+    let go. A release kept in either slot is neither."""
+    before, after = held_releases(baseline), held_releases(plan)
+    return {
+        "holds": [
+            (package, version, active)
+            for (package, version), active in after.items()
+            if (package, version) not in before
+        ],
+        "let_go": [release for release in before if release not in after],
+    }
 
 
 def referenced_bytes_change(baseline: Installation | None, plan: Installation) -> int:

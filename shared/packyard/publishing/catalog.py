@@ -3,6 +3,7 @@ yanked version is never reused)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -45,7 +46,14 @@ def list_versions(tenant: str, package: str, limit: int, cursor: str | None) -> 
 def get_version(tenant: str, package: str, version: str) -> tuple[Release, dict[str, Any]]:
     """The release and its manifest (from the content-addressed blob)."""
     release = catalog.get_release(tenant, check_package_name(package), check_version(version))
+    if release.blobs_released_at is not None:
+        return release, {}  # yanked, nothing held it, and its stored bytes were reclaimed
     raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest))
+    if release.status is ReleaseStatus.UNAVAILABLE and (
+        raw is None or hashlib.sha256(raw).hexdigest() != release.manifest_digest
+    ):
+        # its stored bytes failed an integrity check: the manifest is shown only if it still reads as published
+        return release, {}
     if raw is None:
         raise StoredItemInvalid(f"manifest blob of {package}@{version} is missing")
     manifest: dict[str, Any] = json.loads(raw)
@@ -56,6 +64,8 @@ def archive_link(tenant: str, package: str, version: str) -> ArchiveLink:
     release = catalog.get_release(tenant, check_package_name(package), check_version(version))
     if release.status is ReleaseStatus.UNAVAILABLE:
         raise ReleaseUnavailable(f"{package}@{version} is unavailable: its stored bytes failed integrity checks")
+    if release.blobs_released_at is not None:
+        raise ReleaseUnavailable(f"{package}@{version} was yanked and its stored bytes reclaimed")
     ttl = limits().download_url_ttl_seconds
     url = blobs.presigned_get(
         blobs.blob_key(tenant, release.archive_sha256), ttl, filename=f"{package}-{version}.tar.gz"

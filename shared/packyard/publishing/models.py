@@ -69,7 +69,7 @@ class ArchiveSource(StrEnum):
 
 
 class Rejection(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     code: str
     sub_code: str | None = Field(default=None, alias="subCode")
@@ -86,7 +86,7 @@ class Rejection(BaseModel):
 class Upload(BaseModel):
     """One upload session: a per-attempt token and staging keys, a deadline and a quota reservation."""
 
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     tenant: str
     upload_id: str = Field(alias="uploadId")
@@ -148,6 +148,10 @@ class Release(BaseModel):
     published_at: int = Field(alias="publishedAt")
     yanked_at: int | None = Field(default=None, alias="yankedAt")
     published_by: str | None = Field(default=None, alias="publishedBy")
+    # reclamation: bumped by every change of who holds the release (installations: store/reclaims.py), and when
+    # a yanked release nobody held gave its blobs back (then nothing may hold it again)
+    hold_generation: int = Field(default=0, alias="holdGeneration")
+    blobs_released_at: int | None = Field(default=None, alias="blobsReleased")
 
     def receipt(self) -> dict[str, Any]:
         """What publishing proved: the stored bytes, re-read and hashed by the verifier, match these digests."""
@@ -165,7 +169,7 @@ class Release(BaseModel):
 
 
 class Package(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     tenant: str
     package: str

@@ -3,6 +3,7 @@ release, the upload's end and the usage ledger. Safe to re-run after a crash at 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -10,14 +11,18 @@ from aws_lambda_powertools.metrics import MetricUnit
 from packyard import clock
 from packyard.config import limits
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost, TransientStoreError, VersionExists
+from packyard.maintenance import scrub
 from packyard.observability import logger, metrics, tracer
 from packyard.publishing.manifest import parse_manifest, unpacked_size
 from packyard.publishing.models import ArchiveSource, Release, ReleaseStatus, Upload, UploadState
 from packyard.publishing.uploads import retained_until
 from packyard.publishing.verification import claimed
-from packyard.store import blobs, catalog
+from packyard.store import blobs, catalog, reclaims
+from packyard.store.records import BlobRecord
 
 PUBLISH_ATTEMPTS = 3
+# a publish meeting a blob being reclaimed waits this long, doubled on each later attempt (a reclaim takes < 1 s)
+RECLAIM_WAIT_SECONDS = 0.5
 
 
 @tracer.capture_method(capture_response=False)
@@ -34,17 +39,27 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
     existing = catalog.find_release(tenant, upload.package, upload.version)
     if existing is not None and existing.manifest_digest != upload.manifest_digest:
         raise VersionExists(f"{upload.package}@{upload.version} was published with different content meanwhile")
-    manifest = None
+    manifest = manifest_bytes = None
     if existing is None:
-        manifest = parse_manifest(_store_blobs(upload, verified), limits())
+        manifest_bytes = _manifest_bytes(upload)
+        manifest = parse_manifest(manifest_bytes, limits())
 
-    for _ in range(PUBLISH_ATTEMPTS):
+    for attempt in range(PUBLISH_ATTEMPTS):
         if existing is not None:
             now = clock.now()
             catalog.settle_upload_as_duplicate(upload, now, retain_until=retained_until(now))
             return {"release": existing.receipt(), "duplicate": True}
-        if manifest is None:
+        if manifest is None or manifest_bytes is None:
             raise ClaimLost(f"upload {upload_id}: the manifest was not read before publishing")
+        new_blobs, known_blobs, reclaiming = _blob_records(upload)
+        if reclaiming:
+            # a sweep is reclaiming one of our blobs (claimed while nothing referenced it): let it finish, then
+            # write the blob anew
+            time.sleep(RECLAIM_WAIT_SECONDS * 2**attempt)
+            continue
+        # objects are written only after their records were read absent (or orphan): a reclaim deletes an object
+        # only under a claim, which moves the record, so our transaction below then fails and we read again
+        _store_blobs(upload, verified, manifest_bytes, {*new_blobs, *(k.sha256 for k in known_blobs if k.orphan)})
         now = clock.now()
         release = Release(
             tenant=tenant,
@@ -63,7 +78,6 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             published_at=now,
             published_by=upload.created_by,
         )
-        new_blobs, known_blobs = _blob_records(upload)
         blocked = catalog.publish_release(
             upload,
             release,
@@ -71,6 +85,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             known_blobs=known_blobs,
             now=now,
             retain_until=retained_until(now),
+            check_blobs_at=scrub.next_check(now),
         )
         if blocked is None:
             metrics.add_metric(name="ReleasesPublished", unit=MetricUnit.Count, value=1)
@@ -92,34 +107,43 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
     raise TransientStoreError(f"publish of {upload_id} kept racing on blob records")
 
 
-def _blob_records(upload: Upload) -> tuple[dict[str, int], list[str]]:
-    new: dict[str, int] = {}
-    known: list[str] = []
-    for sha256, size in ((upload.archive_sha256, upload.archive_size), (upload.manifest_digest, upload.manifest_size)):
-        if sha256 in new or sha256 in known:
-            continue
-        if catalog.blob_exists(upload.tenant, sha256):
-            known.append(sha256)
-        else:
-            new[sha256] = size
-    return new, known
+def _blob_records(upload: Upload) -> tuple[dict[str, int], list[BlobRecord], bool]:
+    """The upload's blobs as their records read now (one strongly consistent read): absent ones (new: sha256 →
+    size), existing ones, and whether one is being reclaimed."""
+    sizes = {upload.archive_sha256: upload.archive_size, upload.manifest_digest: upload.manifest_size}
+    found = reclaims.read_blobs(upload.tenant, list(sizes))
+    new = {sha256: size for sha256, size in sizes.items() if sha256 not in found}
+    return new, list(found.values()), any(record.reclaiming is not None for record in found.values())
 
 
-def _store_blobs(upload: Upload, verified: dict[str, Any]) -> bytes:
-    """Content-addressed blobs for the manifest and the archive; returns the manifest bytes."""
+def _manifest_bytes(upload: Upload) -> bytes:
+    """The canonical manifest: staged by the session, or (a previous attempt published the blob and lost the staging
+    object since) the blob."""
+    staged = blobs.read_bytes(blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token))
+    if staged is not None:
+        return staged
+    stored = blobs.read_bytes(blobs.blob_key(upload.tenant, upload.manifest_digest))
+    if stored is None:
+        raise ArchiveRejected(ArchiveRejectCode.CORRUPT_ARCHIVE, "staged manifest vanished before publish")
+    return stored
+
+
+def _store_blobs(upload: Upload, verified: dict[str, Any], manifest_bytes: bytes, wanted: set[str]) -> None:
+    """Content-addressed objects for the ``wanted`` blobs (records absent or orphan): the manifest, and the archive
+    copied from staging (an upload that reused a stored archive cannot bring it back once reclaimed)."""
     tenant = upload.tenant
-    manifest_key = blobs.blob_key(tenant, upload.manifest_digest)
-    manifest_bytes = blobs.read_bytes(blobs.staged_manifest_key(tenant, upload.upload_id, upload.token))
-    if manifest_bytes is not None:
-        blobs.put_bytes(manifest_key, manifest_bytes, upload.manifest_digest, if_absent=True)
-    else:
-        # A previous attempt may have published the blob and lost the staging object since.
-        manifest_bytes = blobs.read_bytes(manifest_key)
-        if manifest_bytes is None:
-            raise ArchiveRejected(ArchiveRejectCode.CORRUPT_ARCHIVE, "staged manifest vanished before publish")
-    if upload.source is ArchiveSource.UPLOAD:
-        target = blobs.blob_key(tenant, upload.archive_sha256)
-        if blobs.head(target) is None:
-            staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
-            blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)
-    return manifest_bytes
+    if upload.manifest_digest in wanted:
+        blobs.put_bytes(
+            blobs.blob_key(tenant, upload.manifest_digest), manifest_bytes, upload.manifest_digest, if_absent=True
+        )
+    if upload.archive_sha256 not in wanted:
+        return
+    target = blobs.blob_key(tenant, upload.archive_sha256)
+    if blobs.head(target) is not None:
+        return
+    if upload.source is not ArchiveSource.UPLOAD:
+        raise ArchiveRejected(
+            ArchiveRejectCode.MISSING_FILE, "the stored archive this upload reuses was reclaimed: upload it again"
+        )
+    staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
+    blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)

@@ -8,6 +8,7 @@ blobs/<tenant>/sha256/<hex>                          content-addressed, shared b
 from __future__ import annotations
 
 import base64
+import hashlib
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -96,6 +97,27 @@ def open_stream(key: str) -> OpenedObject | None:
             return None
         raise _translate(exc) from exc
     return OpenedObject(stream=response["Body"], etag=response["ETag"], size=int(response["ContentLength"]))
+
+
+def sha256_of(key: str, *, stop_after: int) -> tuple[str, int] | None:
+    """Stream the object through sha256 (1 MiB chunks, one pass): its hex digest and length, or None when it does
+    not exist. Stops reading once more than ``stop_after`` bytes came (the length then says it is too long)."""
+    opened = open_stream(key)
+    if opened is None:
+        return None
+    digest = hashlib.sha256()
+    read = 0
+    try:
+        while chunk := opened.stream.read(STREAM_CHUNK):
+            digest.update(chunk)
+            read += len(chunk)
+            if read > stop_after:
+                break
+    except Exception as exc:
+        raise _translate(exc) from exc
+    finally:
+        opened.stream.close()
+    return digest.hexdigest(), read
 
 
 def head(key: str) -> dict[str, Any] | None:

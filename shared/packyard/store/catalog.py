@@ -76,8 +76,33 @@ def get_release(tenant: str, package: str, version: str) -> Release:
 
 
 def blob_exists(tenant: str, sha256: str) -> bool:
+    """The tenant holds these bytes: a record some release references (or one older than reference counting), not
+    an orphan and not being reclaimed."""
     item = dynamo.get(*blob_key(tenant, sha256))
-    return item is not None and from_item(BlobRecord, item).sha256 == sha256
+    if item is None:
+        return False
+    record = from_item(BlobRecord, item)
+    return (
+        record.sha256 == sha256
+        and not record.orphan
+        and record.reclaiming is None
+        and (record.refs is None or record.refs > 0)
+    )
+
+
+def holder_prefix(version: str) -> str:
+    """The sort keys of a release's holders (``HOLDER#<v>#<ws>#<installationId>``, store/reclaims.py)."""
+    return f"HOLDER#{version}#"
+
+
+def release_holders(
+    tenant: str, package: str, version: str, *, limit: int, cursor: str | None
+) -> tuple[list[tuple[str, str]], str | None]:
+    """A page of the installations holding a release (its active or previous one), as (workspace, installation
+    id), and the cursor of the next page."""
+    pk, _ = release_key(tenant, package, version)
+    items, next_cursor = dynamo.query(pk, prefix=holder_prefix(version), limit=limit, cursor=cursor)
+    return [(item["workspace"]["S"], item["installationId"]["S"]) for item in items], next_cursor
 
 
 def get_package(tenant: str, package: str) -> Package:
@@ -250,13 +275,19 @@ def publish_release(
     release: Release,
     *,
     new_blobs: dict[str, int],
-    known_blobs: list[str],
+    known_blobs: list[BlobRecord],
     now: int,
     retain_until: int,
+    check_blobs_at: int | None = None,
 ) -> PublishOutcome | None:
     """In one transaction: the release (version unused), the upload's final state (fenced by its token), blob
     records and the usage ledger (the reservation becomes retained bytes for new blobs and is returned for shared
-    ones). Returns None on success, or what blocked it."""
+    ones). Every blob record gains the release in its ``releases`` set (what the integrity scrub marks unavailable
+    if the blob rots); a new one is due for its first integrity check at ``check_blobs_at``. A known blob (as read
+    before) gains a reference (``refs + 1``, ``generation + 1``) unless a reclaim claimed it meanwhile; an orphan is
+    adopted (counted from now on: its bytes join the ledger) if still at the generation read; a record older than
+    reference counting only gains the release. Returns None on success, or what blocked it."""
+    used_by = {f"{release.package}@{release.version}"}
     rpk, rsk = release_key(release.tenant, release.package, release.version)
     ppk, psk = package_key(release.tenant, release.package)
     items: list[dict[str, Any]] = [
@@ -294,23 +325,28 @@ def publish_release(
             {
                 "Put": {
                     "TableName": table_name(),
-                    "Item": to_item(bpk, bsk, BlobRecord(sha256=sha256, size=size, created_at=now)),
+                    "Item": to_item(
+                        bpk,
+                        bsk,
+                        BlobRecord(
+                            sha256=sha256, size=size, created_at=now, tenant=release.tenant, refs=1, generation=1
+                        ),
+                        releases=used_by,
+                        **(
+                            due.attributes(due.DueKind.BLOB, blob_identity(release.tenant, sha256), check_blobs_at)
+                            if check_blobs_at is not None
+                            else {}
+                        ),
+                    ),
                     "ConditionExpression": "attribute_not_exists(pk)",
                 }
             }
         )
-    for sha256 in known_blobs:
-        bpk, bsk = blob_key(release.tenant, sha256)
-        items.append(
-            {
-                "ConditionCheck": {
-                    "TableName": table_name(),
-                    "Key": key(bpk, bsk),
-                    "ConditionExpression": "attribute_exists(pk)",
-                }
-            }
-        )
-    returned = upload.reserved_bytes - sum(new_blobs.values())
+    adopted = 0
+    for known in known_blobs:
+        items.append(_known_blob_reference(release.tenant, known, used_by, check_blobs_at))
+        adopted += known.size if known.orphan else 0
+    returned = upload.reserved_bytes - sum(new_blobs.values()) - adopted
     if returned:
         items.append(_usage_delta(upload.tenant, -returned))
     try:
@@ -325,6 +361,44 @@ def publish_release(
     return None
 
 
+def _known_blob_reference(tenant: str, known: BlobRecord, used_by: set[str], check_at: int | None) -> dict[str, Any]:
+    """The publish transaction's item for a blob record that existed when read (see ``publish_release``)."""
+    bpk, bsk = blob_key(tenant, known.sha256)
+    values: dict[str, Any] = {":used_by": used_by}
+    names: dict[str, str] = {}
+    if known.refs is None:
+        update = "ADD releases :used_by"
+        condition = "attribute_exists(pk) AND attribute_not_exists(refs)"
+    elif known.orphan:
+        update = (
+            f"SET refs = :one, orphan = :false REMOVE {dynamo.TTL_ATTRIBUTE} ADD releases :used_by, generation :one"
+        )
+        condition = "orphan = :true AND generation = :g AND attribute_not_exists(reclaiming)"
+        values.update({":one": 1, ":true": True, ":false": False, ":g": known.generation})
+        if check_at is not None:
+            next_check = due.attributes(due.DueKind.BLOB, blob_identity(tenant, known.sha256), check_at)
+            update = f"SET #shard = :shard, #at = :at, {update.removeprefix('SET ')}"
+            names = {"#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE}
+            values.update({":shard": next_check[due.SHARD_ATTRIBUTE], ":at": next_check[due.AT_ATTRIBUTE]})
+    else:
+        update = "ADD releases :used_by, refs :one, generation :one"
+        condition = (
+            "attribute_exists(refs) AND attribute_not_exists(reclaiming) "
+            "AND (attribute_not_exists(orphan) OR orphan = :false)"
+        )
+        values.update({":one": 1, ":false": False})
+    change: dict[str, Any] = {
+        "TableName": table_name(),
+        "Key": key(bpk, bsk),
+        "UpdateExpression": update,
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": marshal(values),
+    }
+    if names:
+        change["ExpressionAttributeNames"] = names
+    return {"Update": change}
+
+
 def settle_upload_as_duplicate(upload: Upload, now: int, *, retain_until: int) -> None:
     """The identical release already exists: the upload is published (idempotently) and its reservation returned."""
     settle_items = [_mark_published(upload, now, retain_until)]
@@ -337,20 +411,74 @@ def settle_upload_as_duplicate(upload: Upload, now: int, *, retain_until: int) -
 
 
 def yank_release(tenant: str, package: str, version: str, now: int) -> Release:
-    """Mark a release yanked (idempotent). The version stays used forever."""
+    """Mark a release yanked (idempotent). The version stays used forever. Until it has given its blobs back it is
+    in the due index (a cleanup job: maintenance/reclaim.release_blobs gives them back once nothing holds it)."""
     pk, sk = release_key(tenant, package, version)
+    job = due.attributes(due.DueKind.JOB, release_identity(tenant, package, version), now)
     updated = dynamo.update(
         {
             "Key": key(pk, sk),
-            "UpdateExpression": "SET #status = :yanked, yankedAt = if_not_exists(yankedAt, :now)",
+            "UpdateExpression": "SET #status = :yanked, yankedAt = if_not_exists(yankedAt, :now), "
+            "#shard = :shard, #at = :at",
             "ConditionExpression": "attribute_exists(pk)",
-            "ExpressionAttributeNames": {"#status": "status"},
-            "ExpressionAttributeValues": marshal({":yanked": str(ReleaseStatus.YANKED), ":now": now}),
+            "ExpressionAttributeNames": {"#status": "status", "#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE},
+            "ExpressionAttributeValues": marshal(
+                {
+                    ":yanked": str(ReleaseStatus.YANKED),
+                    ":now": now,
+                    ":shard": job[due.SHARD_ATTRIBUTE],
+                    ":at": job[due.AT_ATTRIBUTE],
+                }
+            ),
         }
     )
     if updated is None:
         raise NotFound(f"release {package}@{version} not found")
     return from_item(Release, updated)
+
+
+def mark_release_unavailable(tenant: str, package: str, version: str, now: int) -> bool:
+    """A release whose stored bytes failed an integrity check: ``unavailable`` (from published or yanked; the
+    version stays used). False when it already was, or does not exist."""
+    pk, sk = release_key(tenant, package, version)
+    updated = dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": "SET #status = :unavailable, unavailableAt = :now",
+            "ConditionExpression": "attribute_exists(pk) AND #status <> :unavailable",
+            "ExpressionAttributeNames": {"#status": "status"},
+            "ExpressionAttributeValues": marshal({":unavailable": str(ReleaseStatus.UNAVAILABLE), ":now": now}),
+        }
+    )
+    return updated is not None
+
+
+def record_blob_check(blob: BlobRecord, *, now: int, next_check_at: int, corrupt: bool) -> None:
+    """The integrity scrub checked ``blob``: when, (``corrupt``) that it failed (the first time is kept), and when it
+    is due again. Fenced on the due time the sweep read it at: a sweep that raced this one, or a writer that moved
+    the record meanwhile (reclamation), wins and this one learns ClaimLost."""
+    if blob.tenant is None or blob.due_at is None:
+        raise ClaimLost(f"blob {blob.sha256} was not read from the due index")
+    pk, sk = blob_key(blob.tenant, blob.sha256)
+    update = "SET checkedAt = :now, #at = :next"
+    if corrupt:
+        update += ", corruptAt = if_not_exists(corruptAt, :now)"
+    # a check that ran ends any back-off of earlier failed attempts
+    update += f" REMOVE {due.ATTEMPTS_ATTRIBUTE}, {due.ERROR_ATTRIBUTE}"
+    next_due = due.attributes(due.DueKind.BLOB, blob_identity(blob.tenant, blob.sha256), next_check_at)
+    updated = dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": update,
+            "ConditionExpression": "#at = :observed",
+            "ExpressionAttributeNames": {"#at": due.AT_ATTRIBUTE},
+            "ExpressionAttributeValues": marshal(
+                {":now": now, ":next": next_due[due.AT_ATTRIBUTE], ":observed": blob.due_at}
+            ),
+        }
+    )
+    if updated is None:
+        raise ClaimLost(f"blob {blob.sha256} changed since it was found due")
 
 
 def postpone_upload_check(upload: Upload, check_by: int) -> None:
@@ -367,5 +495,19 @@ def upload_from_due(item: dict[str, Any]) -> Upload:
     return from_item(Upload, item)
 
 
+def release_identity(tenant: str, package: str, version: str) -> str:
+    """What a yanked release's due shard is a hash of."""
+    return f"{tenant}/{package}@{version}"
+
+
+def blob_identity(tenant: str, sha256: str) -> str:
+    """What a blob record's due shard is a hash of."""
+    return f"{tenant}/{sha256}"
+
+
 def blob_from_due(item: dict[str, Any]) -> BlobRecord:
-    return from_item(BlobRecord, item)
+    """The blob record a sweep found due, with its tenant (from the key) and the due time it was read at."""
+    record = from_item(BlobRecord, item)
+    tenant = item["pk"]["S"].removeprefix("TENANT#").rpartition("#BLOB#")[0]
+    due_at = item.get(due.AT_ATTRIBUTE, {}).get("S")
+    return record.model_copy(update={"tenant": record.tenant or tenant, "due_at": due_at})

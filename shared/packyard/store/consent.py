@@ -105,7 +105,8 @@ class DecisionConflict:
 
 def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionConflict | None:
     """Record one decision: the approval (once per key), the operation's transition out of awaiting_consent (fenced:
-    exactly one decision wins) and the end of its consent wait, in one transaction."""
+    exactly one decision wins), the end of its consent wait and the slot's lease renewed to the decided operation's
+    (while this operation holds it), in one transaction."""
     apk, ask = approval_key(op.tenant, op.workspace, approval.approval_id)
     cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
     items: list[dict[str, Any]] = [
@@ -136,6 +137,7 @@ def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionCon
                 "ExpressionAttributeValues": marshal({":op": op.operation_id}),
             }
         },
+        slot_renewal(op, decided.lease_until, None),
     ]
     try:
         transact(items)
@@ -143,7 +145,7 @@ def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionCon
         old = cancelled.old_item(0) if cancelled.failed(0) else None
         return DecisionConflict(
             existing_approval=from_item(Approval, old) if old else None,
-            operation_changed=cancelled.failed(1) or cancelled.failed(2),
+            operation_changed=cancelled.failed(1) or cancelled.failed(2) or cancelled.failed(3),
         )
     return None
 

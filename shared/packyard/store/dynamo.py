@@ -21,8 +21,9 @@ SCHEMA_VERSION = 1
 # the table's TimeToLive attribute (epoch seconds): DynamoDB deletes the item some time after it passes
 TTL_ATTRIBUTE = "expiresAt"
 M = TypeVar("M", bound=BaseModel)
-# attributes of the storage, not of the domain model: keys, the TTL and the due index
-STORAGE_ATTRIBUTES = ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt")
+# attributes of the storage, not of the domain model: keys, the TTL and the due index (with a failed sweep action's
+# attempts, last error and park: store/due.py)
+STORAGE_ATTRIBUTES = ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt", "dueAttempts", "dueError", "parkedAt")
 
 _serializer: Any = None
 _deserializer: Any = None
@@ -132,7 +133,13 @@ def get(pk: str, sk: str, *, consistent: bool = True) -> dict[str, Any] | None:
 
 
 def query(
-    pk: str, *, prefix: str | None = None, limit: int = 100, cursor: str | None = None, forward: bool = True
+    pk: str,
+    *,
+    prefix: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+    forward: bool = True,
+    consistent: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of a partition (optionally of sort keys starting with ``prefix``) and the opaque cursor of the next
     page (None at the end). A cursor minted for another partition is refused."""
@@ -143,6 +150,8 @@ def query(
         "Limit": limit,
         "ScanIndexForward": forward,
     }
+    if consistent:
+        params["ConsistentRead"] = True
     start = cursors.decode(cursor, pk)
     if start:
         params["ExclusiveStartKey"] = start

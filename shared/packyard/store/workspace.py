@@ -24,13 +24,13 @@ from typing import Any
 
 from packyard.consent.models import ConsentWait
 from packyard.errors import ClaimLost
-from packyard.installations.models import Installation
+from packyard.installations.models import Installation, InstallationStatus
 from packyard.operations.models import Operation, OperationState, Slot, Supersession
 from packyard.publishing.models import Release
-from packyard.store import catalog, counters, due, dynamo
+from packyard.store import catalog, counters, due, dynamo, reclaims
 from packyard.store.counters import bytes_key, counter_key, workspace_pk
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
-from packyard.store.records import Counter
+from packyard.store.records import Counter, ReleaseHolder
 
 # operations in these states have a workflow that should settle them: they are due at their lease
 DUE_STATES = frozenset(
@@ -356,6 +356,7 @@ class CommitConflict:
     limit_reached: bool
     slot_lost: bool
     quota_reached: bool = False
+    release_unavailable: bool = False
 
 
 def commit(
@@ -367,10 +368,14 @@ def commit(
     counts: list[tuple[str | None, int, int]],
     lease_until: int,
     bytes_change: tuple[int, int] | None = None,
+    holds: list[tuple[str, str, bool]] | None = None,
+    let_go: list[tuple[str, str]] | None = None,
 ) -> CommitConflict | None:
     """Compare-and-put the planned installation on the baseline version, with the operation's transition, the slot
-    (still ours; lease renewed), the live-installation counters and (``bytes_change``: delta, limit) the
-    workspace's referenced bytes, in one transaction."""
+    (still ours; lease renewed), the live-installation counters, (``bytes_change``: delta, limit) the
+    workspace's referenced bytes and the releases the installation starts (``holds``: package, version, strict) and
+    stops (``let_go``) holding, in one transaction. A strict hold of a release that gave its blobs back cancels it
+    (``release_unavailable``)."""
     ipk, isk = installation_key(plan.tenant, plan.workspace, plan.installation_id)
     put_installation: dict[str, Any] = {"TableName": table_name(), "Item": to_item(ipk, isk, plan)}
     if baseline_version is None:
@@ -389,6 +394,21 @@ def commit(
     counted = len(items)
     if bytes_change is not None and bytes_change[0] != 0:
         items.append(counters.bytes_change(plan.tenant, plan.workspace, *bytes_change))
+    quota_end = len(items)
+
+    def holder(package: str, version: str) -> ReleaseHolder:
+        return ReleaseHolder(
+            tenant=plan.tenant,
+            package=package,
+            version=version,
+            workspace=plan.workspace,
+            installation_id=plan.installation_id,
+        )
+
+    for package, version, strict in holds or []:
+        items.extend(reclaims.hold(holder(package, version), strict=strict))
+    for package, version in let_go or []:
+        items.extend(reclaims.let_go(holder(package, version), plan.updated_at))
     try:
         transact(items)
     except TransactionCancelled as cancelled:
@@ -397,7 +417,8 @@ def commit(
             operation_changed=cancelled.failed(1),
             slot_lost=cancelled.failed(2),
             limit_reached=any(cancelled.failed(i) for i in range(3, counted)),
-            quota_reached=any(cancelled.failed(i) for i in range(counted, len(items))),
+            quota_reached=any(cancelled.failed(i) for i in range(counted, quota_end)),
+            release_unavailable=any(cancelled.failed(i) for i in range(quota_end, len(items))),
         )
     return None
 
@@ -463,6 +484,39 @@ def settle(
             return False
         raise ClaimLost(f"operation {op.operation_id}: retention update raced") from cancelled
     return True
+
+
+def mark_needs_attention(tenant: str, workspace: str, installation_id: str, release: tuple[str, str], now: int) -> bool:
+    """An active installation of ``release`` (package, version), whose stored bytes failed an integrity check:
+    ``needs_attention`` (its version moves on: an operation planned on the old one no longer commits). False when
+    it is not (or no longer) an active installation of that release."""
+    pk, sk = installation_key(tenant, workspace, installation_id)
+    package, version = release
+    updated = dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": "SET #status = :attention, updatedAt = :now ADD #version :one",
+            "ConditionExpression": "#status = :active AND #release.#package = :package "
+            "AND #release.#version = :version",
+            "ExpressionAttributeNames": {
+                "#status": "status",
+                "#version": "version",
+                "#release": "release",
+                "#package": "package",
+            },
+            "ExpressionAttributeValues": marshal(
+                {
+                    ":attention": str(InstallationStatus.NEEDS_ATTENTION),
+                    ":active": str(InstallationStatus.ACTIVE),
+                    ":package": package,
+                    ":version": version,
+                    ":now": now,
+                    ":one": 1,
+                }
+            ),
+        }
+    )
+    return updated is not None
 
 
 def operation_from_due(item: dict[str, Any]) -> Operation:
