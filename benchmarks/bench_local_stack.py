@@ -249,8 +249,9 @@ def describe_stored(report: dict[str, Any] | None) -> str:
         f"stored {report['storedMiB']:6.1f} MiB: S3 {s3.get('objects', '?')} objects "
         f"({s3.get('pythonBytes', 0) / 2**20:.1f}), DynamoDB {dynamodb.get('items', '?')} items "
         f"({dynamodb.get('pythonBytes', 0) / 2**20:.1f}), Step Functions {sfn.get('executions', '?')} executions / "
-        f"{sfn.get('events', '?')} history events ({sfn.get('pythonBytes', 0) / 2**20:.1f}); "
-        f"{report['threads']} threads"
+        f"{sfn.get('events', '?')} history events ({sfn.get('pythonBytes', 0) / 2**20:.1f}, of which the histories "
+        f"{sfn.get('historyBytes', 0) / 2**20:.1f}); "
+        f"{report['threads']} threads ({report.get('interpreterThreadsKept', '?')} kept by moto's interpreter)"
     )
 
 

@@ -58,7 +58,7 @@ def deep_size(roots: Iterable[Any], seen: set[int]) -> int:
 def _s3(seen: set[int]) -> dict[str, Any]:
     from moto.s3.models import s3_backends
 
-    objects, stored, roots = 0, 0, []
+    objects, stored, roots = 0, 0, list[Any]()
     for account in s3_backends.values():
         for backend in account.values():
             for bucket in backend.buckets.values():
@@ -73,7 +73,7 @@ def _s3(seen: set[int]) -> dict[str, Any]:
 def _dynamodb(seen: set[int]) -> dict[str, Any]:
     from moto.dynamodb.models import dynamodb_backends
 
-    items, roots = 0, []
+    items, roots = 0, list[Any]()
     for account in dynamodb_backends.values():
         for backend in account.values():
             for table in backend.tables.values():
@@ -88,7 +88,7 @@ def _stepfunctions(seen: set[int]) -> dict[str, Any]:
     from moto.stepfunctions.models import stepfunctions_backends
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
-    executions, events, running, roots = 0, 0, 0, []
+    executions, events, running, roots, histories = 0, 0, 0, list[Any](), list[Any]()
     for backends in (stepfunctions_backends, stepfunctions_parser_backends):  # moto's interpreter uses the second
         for backend in (backend for account in backends.values() for backend in account.values()):
             for machine in getattr(backend, "state_machines", []):
@@ -98,8 +98,18 @@ def _stepfunctions(seen: set[int]) -> dict[str, Any]:
                     running += str(getattr(execution, "exec_status", "")).endswith("RUNNING")
                     env = getattr(getattr(execution, "exec_worker", None), "env", None)
                     history = getattr(getattr(env, "event_manager", None), "_history_event_list", None)
-                    events += len(history) if history is not None else 0
-    return {"executions": executions, "running": running, "events": events, "pythonBytes": deep_size(roots, seen)}
+                    if history is not None:
+                        events += len(history)
+                        histories.append(history)
+    history_bytes = deep_size(histories, seen)  # first: the part of each execution that is its history
+    total = history_bytes + deep_size(roots, seen)
+    return {
+        "executions": executions,
+        "running": running,
+        "events": events,
+        "historyBytes": history_bytes,
+        "pythonBytes": total,
+    }
 
 
 def report() -> dict[str, Any]:
@@ -112,9 +122,12 @@ def report() -> dict[str, Any]:
             stored[name] = measure(seen)
         except Exception as exc:  # moto's internals moved: say so rather than guess
             stored[name] = {"error": f"{type(exc).__name__}: {exc}", "pythonBytes": 0}
+    from moto.stepfunctions.parser.utils import TMP_THREADS
+
     return {
         "rssMiB": round(rss_mib(), 1),
         "threads": threading.active_count(),
+        "interpreterThreadsKept": len(TMP_THREADS),  # moto's list of its ASL threads (devstack/moto_fixes.py)
         "storedMiB": round(sum(part["pythonBytes"] for part in stored.values()) / MIB, 1),
         "stored": stored,
     }

@@ -16,16 +16,10 @@ from packyard.api.publishing_responses import (
     ReleaseManifestView,
     ReleasePage,
 )
+from packyard.api.query_responses import InstallationPage, ResolvedView, TenantUsageView, WorkspaceUsageView
 from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
-from packyard.api.workspace_responses import (
-    InstallationPage,
-    InstallationView,
-    OperationView,
-    ResolvedView,
-    TenantUsageView,
-    WorkspaceUsageView,
-)
+from packyard.api.workspace_responses import InstallationView, OperationView
 from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound, ReleaseUnavailable, StoredItemInvalid
 from packyard.installations.models import etag

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from packyard.api import publishing_responses, workspace_responses
+from packyard.api import publishing_responses, query_responses, workspace_responses
 from packyard.api.publishing_responses import (
     ApiModel,
     ArchiveLinkView,
@@ -24,14 +24,8 @@ from packyard.api.publishing_responses import (
     ReleaseView,
     UploadView,
 )
-from packyard.api.workspace_responses import (
-    InstallationPage,
-    InstallationView,
-    OperationView,
-    PreviewView,
-    ResolvedInstallationView,
-    ResolvedView,
-)
+from packyard.api.query_responses import InstallationPage, ResolvedInstallationView, ResolvedView
+from packyard.api.workspace_responses import InstallationView, OperationView, PreviewView
 
 # Domain types (their modules are being moved: keep these imports together).
 from packyard.installations.grants import Grant
@@ -604,7 +598,7 @@ def test_views_refuse_unknown_fields() -> None:
 def response_models() -> list[type[ApiModel]]:
     found = {
         value
-        for module in (publishing_responses, workspace_responses)
+        for module in (publishing_responses, workspace_responses, query_responses)
         for value in vars(module).values()
         if isinstance(value, type) and issubclass(value, ApiModel) and value is not ApiModel
     }
@@ -622,3 +616,43 @@ def test_every_response_schema_is_typed_in_serialization_mode(model: type[ApiMod
     assert set(schema["properties"]) == {field.alias or name for name, field in model.model_fields.items()}
     for name, prop in schema["properties"].items():
         assert prop.keys() & {"type", "$ref", "anyOf", "enum", "const"}, f"{model.__name__}.{name} is untyped"
+
+
+# ---- cold start: a handler imports the views it serves, not the others' ------------------------------------------
+
+
+def test_a_grant_kind_is_a_manifest_permission_kind() -> None:
+    from typing import get_args
+
+    from packyard.installations.grants import PermissionKind as GrantKind
+    from packyard.publishing.manifest import PermissionKind
+
+    assert get_args(GrantKind) == get_args(PermissionKind)
+
+
+def test_admission_does_not_import_the_publish_side_views() -> None:
+    """Issue 11: the workspace and consent views build on ``api.base``; admission answers with workspace views only,
+    so importing it must not pull in the publish-side views, the manifest module or the usage/resolved domain."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "import importlib.util, sys\n"
+        f"sys.path.insert(0, {str(root / 'shared')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('handler', {str(root / 'functions/admission/app.py')!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "print(' '.join(sorted(name for name in sys.modules if name.startswith('packyard'))))\n"
+    )
+    env = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true", "PATH": ""}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    imported = set(done.stdout.split())
+
+    assert "packyard.api.workspace_responses" in imported
+    assert not imported & {
+        "packyard.api.publishing_responses",
+        "packyard.publishing.manifest",
+        "packyard.workspaces.models",
+        "packyard.workspaces.usage",
+    }
