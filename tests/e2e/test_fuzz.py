@@ -61,9 +61,9 @@ AWS_TEXT = ("ClientError", "botocore", "An error occurred (")
 
 # the coverage phase (schemathesis' deterministic boundary and negative cases, ~800 requests) runs in `make fuzz`
 COVERAGE = os.environ.get("FUZZ_COVERAGE", "0") == "1"
-schema = schemathesis.openapi.from_path(
-    COMMITTED, config=schemathesis.Config.from_dict({"phases": {"coverage": {"enabled": COVERAGE}}})
-)
+# Loaded by a fixture: the whole document is one pytest item, each operation a subtest. (Collected per operation,
+# schemathesis' items share one node id, and xdist, which schedules by node id, would run only the first.)
+schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 def problem_json_with_a_stable_code(ctx: Any, response: schemathesis.Response, case: schemathesis.Case) -> None:
@@ -195,7 +195,6 @@ def _mostly(seeded: list[str] | None, generated: Any) -> st.SearchStrategy[Any]:
     return st.one_of(st.just(generated), *[st.sampled_from(seeded)] * 3)
 
 
-@schema.hook
 def flatmap_path_parameters(context: schemathesis.HookContext, path_parameters: dict[str, Any]) -> Any:
     """Each path parameter is what the fuzzer generated or one of the seeded ids (drawn like any other value)."""
     if not path_parameters:
@@ -206,7 +205,6 @@ def flatmap_path_parameters(context: schemathesis.HookContext, path_parameters: 
     return st.fixed_dictionaries({name: _mostly(seeds.get(name), value) for name, value in path_parameters.items()})
 
 
-@schema.hook
 def flatmap_body(context: schemathesis.HookContext, body: Any) -> Any:
     """Body fields naming a package, version, operation or plan digest are sometimes seeded ones, so installs,
     decisions and previews get past "no such release" into admission, planning and consent."""
@@ -216,7 +214,6 @@ def flatmap_body(context: schemathesis.HookContext, body: Any) -> Any:
     return st.fixed_dictionaries(fields).map(lambda drawn: {**body, **drawn})
 
 
-@schema.hook
 def flatmap_headers(context: schemathesis.HookContext, headers: dict[str, Any] | None) -> Any:
     """``Idempotency-Key`` is often a well-formed key (also where the optional header was left out) and ``If-Match``
     the seeded installation's real version, so mutations also get past their preconditions (the documented header
@@ -234,6 +231,16 @@ def flatmap_headers(context: schemathesis.HookContext, headers: dict[str, Any] |
     return st.fixed_dictionaries(replaced).map(
         lambda drawn: {**headers, **{name: value for name, value in drawn.items() if value is not None}}
     )
+
+
+@pytest.fixture(scope="module")
+def api_schema() -> schemathesis.BaseSchema:
+    loaded = schemathesis.openapi.from_path(
+        COMMITTED, config=schemathesis.Config.from_dict({"phases": {"coverage": {"enabled": COVERAGE}}})
+    )
+    for hook in (flatmap_path_parameters, flatmap_body, flatmap_headers):
+        loaded.hook(hook)
+    return loaded
 
 
 @pytest.fixture(scope="module")

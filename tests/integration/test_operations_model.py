@@ -392,6 +392,8 @@ class World:
             return Answer(409, "stale_authority")
         op.state, op.version, op.decision = "planned", op.version + 1, decision
         del self.waits[op.inst]
+        # the decision is the operation's heartbeat: an ordinary lease again from now (not the consent deadline)
+        self.slot(op.inst).lease_until = self.now + self.lease
         return Answer(200, None, op_id)
 
     def commit_task(self, op_id: str, planned_version: int) -> None:
