@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import jwt
@@ -18,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from devstack.openapi import COMMITTED
-from packyard_cli.build import build_from_directory
+from packyard_cli.build import build_from_directory, build_from_files
 from tests.e2e.helpers import ROOT, Cli, Stack, base_env, start_stack, stop_stack, write_skill
 
 pytestmark = pytest.mark.xdist_group("e2e")
@@ -57,6 +58,31 @@ def test_publish_with_a_plain_http_client_and_presigned_urls(
     assert downloaded.status_code == 200
     assert downloaded.content == built.archive
     assert link["sha256"] == built.archive_sha256
+
+
+def test_concurrent_requests_each_see_their_own_body(stack: Stack, cli: Cli) -> None:
+    """16 clients create upload sessions at once, each for its own version and content: every session records the
+    request that created it (Powertools keeps the current event on its router class, shared by every resolver in a
+    process; the local server runs concurrent requests in one process, so the resolver holds its own)."""
+    token = cli.token()
+
+    def create(i: int) -> tuple[dict[str, object], dict[str, object]]:
+        built = build_from_files({"SKILL.md": f"# concurrent {i}\n".encode()})
+        answer = requests.post(
+            f"{stack.api}/v1/packages/concurrent/versions/1.0.{i}/uploads",
+            json=built.upload_request(),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        assert answer.status_code == 201, answer.text
+        return built.upload_request(), answer.json()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        results = list(pool.map(create, range(48)))
+
+    for i, (sent, created) in enumerate(results):
+        assert created["version"] == f"1.0.{i}"
+        assert created["archive"]["sha256"] == sent["archive"]["sha256"]  # type: ignore[index]
 
 
 def test_handler_responses_come_back_unchanged(stack: Stack, http: requests.Session) -> None:

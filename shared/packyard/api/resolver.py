@@ -7,6 +7,7 @@ each of which carries its own status and stable code).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -16,6 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.exceptions import (
     RequestUnsupportedContentType,
     RequestValidationError,
 )
+from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEventV2
 
 from packyard.api import json_body
 from packyard.api.principal import authorize
@@ -58,8 +60,22 @@ def _refusal(app: APIGatewayHttpResolver) -> Response[str] | None:
     return None
 
 
+class Resolver(APIGatewayHttpResolver):
+    """Powertools' HTTP API resolver, holding the event it resolves on itself.
+
+    Powertools keeps the current event and Lambda context as attributes of the ``BaseRouter`` *class*, shared by every
+    resolver in the process. On Lambda one process serves one invocation at a time, but the local stack serves
+    concurrent requests in one process (each with its own handler module): there two requests read each other's
+    event, body included. Set on the instance first, the event shadows the class attribute for this resolver."""
+
+    def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        self.current_event = APIGatewayProxyEventV2(dict(event))
+        self.lambda_context = context
+        return super().resolve(event, context)
+
+
 def build_resolver() -> APIGatewayHttpResolver:
-    app = APIGatewayHttpResolver(enable_validation=True, json_body_deserializer=json_body.loads)
+    app = Resolver(enable_validation=True, json_body_deserializer=json_body.loads)
 
     # Powertools' decorators are untyped: the handlers they register are still checked as written
     @app.exception_handler(PackyardError)  # type: ignore[untyped-decorator]
