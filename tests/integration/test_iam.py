@@ -37,7 +37,6 @@ import json
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -53,6 +52,7 @@ from packyard.errors import TransientStoreError
 from packyard.operations import commit, settlement
 from packyard.store import aws, workflows
 from packyard_cli.build import build_from_files
+from tests.support.sweeping import run_maintenance
 
 pytestmark = pytest.mark.xdist_group("iam")
 
@@ -133,17 +133,6 @@ def _consent_task_again(stack: devstack.Stack, ws: str, waiting: dict[str, Any])
         "taskToken": item["taskToken"]["S"],
     }
     assert lambdas.invoke_handler(stack.functions["ConsentFunction"], event) == {"waiting": True, "refreshed": True}
-
-
-def _sweep(stack: devstack.Stack, at: int) -> None:
-    """The maintenance state machine as the schedule starts it, as if at ``at``."""
-    event = json.loads((devstack.ROOT / "events" / "schedule_sweep.json").read_text())
-    event["time"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sfn = boto3.client("stepfunctions", region_name=stack.region)
-    started = sfn.start_execution(
-        stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
-    )
-    assert devstack.wait_for_execution(started["executionArn"], timeout=120)["status"] == "SUCCEEDED"
 
 
 def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
@@ -345,7 +334,7 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     config.reset()
     assert _op(acme, ws, waiting)["state"] == "awaiting_consent"
 
-    _sweep(stack, clock.now() + 2 * HOUR)
+    run_maintenance(stack, clock.now() + 2 * HOUR)
 
     assert _ok(acme.get(f"/v1/uploads/{never['uploadId']}"), 200)["state"] == "rejected"
     assert _op(acme, ws, stuck)["state"] == "settled"
@@ -367,7 +356,7 @@ def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
         Bucket=stack.bucket_name, Key=f"blobs/{TENANT}/sha256/{published['archive']['sha256']}"
     )
 
-    _sweep(stack, clock.now() + 8 * 24 * HOUR)
+    run_maintenance(stack, clock.now() + 8 * 24 * HOUR)
 
     assert _ok(acme.get("/v1/packages/scrubbed/versions/1.0.0"), 200)["status"] == "unavailable"
     assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/scrubbed"), 200)["status"] == "needs_attention"

@@ -17,7 +17,7 @@ from devstack.faults import InjectedCrash, crash_after
 from packyard import clock
 from packyard.config import limits
 from packyard.errors import TransientStoreError
-from packyard.maintenance import jobs, sweeps
+from packyard.maintenance import jobs
 from packyard.maintenance.jobs import JobKind
 from packyard.observability import logger, metrics
 from packyard.operations import workflow
@@ -25,24 +25,11 @@ from packyard.store import blobs, catalog, due, dynamo, workflows
 from packyard.store import jobs as job_store
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
+from tests.support.sweeping import sweep_kinds
 
 TENANT = "t-acme"
 HOUR = 3600
 DELAYS = [60, 120, 240, 480, 960, 1920, 3840]  # base 60 s, doubling; the 8th failure parks
-
-
-def _sweep(kind: DueKind, now: int) -> Counter[str]:
-    """Every shard of ``kind``, page after page, as the maintenance state machine's Map does."""
-    totals: Counter[str] = Counter()
-    for shard in range(due.SHARDS):
-        cursor: str | None = None
-        while True:
-            page = sweeps.sweep(kind, shard, now, cursor)
-            totals.update(page.counts)
-            cursor = page.cursor
-            if not cursor:
-                break
-    return totals
 
 
 def _raw(stack, pk: str, sk: str) -> dict[str, Any] | None:
@@ -123,13 +110,13 @@ def test_given_a_staging_job_enqueued_in_a_transaction_when_swept_then_it_delete
     stored = _raw(stack, pk, sk)
     assert stored is not None and stored["dueShard"]["S"].startswith("job#") and stored["dueAttempts"]["N"] == "0"
 
-    assert _sweep(DueKind.JOB, now - 1).get("done", 0) == 0  # not due yet
-    swept = _sweep(DueKind.JOB, now)
+    assert sweep_kinds((DueKind.JOB,), now - 1).get("done", 0) == 0  # not due yet
+    swept = sweep_kinds((DueKind.JOB,), now)
 
     assert swept["done"] == 1
     assert not any(_exists(stack, name) for name in staged)
     assert _raw(stack, pk, sk) is None
-    assert _sweep(DueKind.JOB, now + HOUR).get("done", 0) == 0
+    assert sweep_kinds((DueKind.JOB,), now + HOUR).get("done", 0) == 0
     assert emitted["SweepJobsParked"] == 0
 
 
@@ -143,8 +130,8 @@ def test_given_a_job_that_keeps_failing_then_it_is_retried_with_growing_backoff_
 
     now, seen_due = start, []
     for attempt in range(1, len(DELAYS) + 1):
-        assert _sweep(DueKind.JOB, now - 1).get("retried", 0) == 0  # backed off: not due a second early
-        assert _sweep(DueKind.JOB, now)["retried"] == 1
+        assert sweep_kinds((DueKind.JOB,), now - 1).get("retried", 0) == 0  # backed off: not due a second early
+        assert sweep_kinds((DueKind.JOB,), now)["retried"] == 1
         stored = _raw(stack, pk, sk)
         assert stored is not None
         assert (int(stored["dueAttempts"]["N"]), stored["dueError"]["S"].split(":")[0]) == (
@@ -156,7 +143,7 @@ def test_given_a_job_that_keeps_failing_then_it_is_retried_with_growing_backoff_
         now = int(stored["dueAt"]["S"])
     assert seen_due == DELAYS
 
-    parked = _sweep(DueKind.JOB, now)
+    parked = sweep_kinds((DueKind.JOB,), now)
 
     assert parked["parked"] == 1
     stored = _raw(stack, pk, sk)
@@ -171,7 +158,7 @@ def test_given_a_job_that_keeps_failing_then_it_is_retried_with_growing_backoff_
     assert (logged["jobKind"], logged["subject"], logged["attempts"]) == ("staging", subject, 8)
     assert len(failing_staging) == limits().sweep_max_attempts
     # never retried again, however late the sweep; still findable, and reported
-    assert _sweep(DueKind.JOB, now + 30 * 24 * HOUR)["parked_total"] == 1
+    assert sweep_kinds((DueKind.JOB,), now + 30 * 24 * HOUR)["parked_total"] == 1
     assert len(failing_staging) == limits().sweep_max_attempts
     listed, _ = due.list_parked(DueKind.JOB, limit=10, cursor=None)
     assert [(m.pk, m.attempts) for m in listed] == [(pk, limits().sweep_max_attempts)]
@@ -212,7 +199,7 @@ def test_given_a_claimed_job_then_a_concurrent_sweep_does_nothing_with_it(
         runs.append(job.subject["sha256"])
         # meanwhile another sweep: one that read the job before the claim, and one that reads the index now
         runs.append(jobs.run_job(item, at))
-        runs.append(str(dict(_sweep(DueKind.JOB, at))))
+        runs.append(str(dict(sweep_kinds((DueKind.JOB,), at))))
 
     monkeypatch.setitem(jobs._ACTIONS, JobKind.ORPHAN_BLOB, action)
 
@@ -239,8 +226,8 @@ def test_given_a_job_whose_attempt_died_then_it_comes_back_after_the_claim_windo
     claimed = job_store.claim(job_store.job_from_item(item), token, now=now, until=now + limits().job_claim_seconds)
     assert claimed is not None and claimed.attempts == 1  # ... and the attempt dies here, reporting nothing
 
-    assert _sweep(DueKind.JOB, now + limits().job_claim_seconds - 1) == Counter()  # claimed: nobody touches it
-    assert _sweep(DueKind.JOB, now + limits().job_claim_seconds)["retried"] == 1
+    assert sweep_kinds((DueKind.JOB,), now + limits().job_claim_seconds - 1) == Counter()  # claimed: nobody touches it
+    assert sweep_kinds((DueKind.JOB,), now + limits().job_claim_seconds)["retried"] == 1
     stored = job_store.find(TENANT, "orphan_blob", subject)
     assert stored is not None and stored.attempts == 2 and stored.claim is None
 
@@ -257,7 +244,7 @@ def test_given_a_job_whose_every_attempt_dies_then_it_is_parked_not_retried_fore
         assert job_store.claim(job, "dies", now=now, until=now + limits().job_claim_seconds) is not None
         now += limits().job_claim_seconds
 
-    assert _sweep(DueKind.JOB, now)["parked"] == 1
+    assert sweep_kinds((DueKind.JOB,), now)["parked"] == 1
     stored = job_store.find(TENANT, "orphan_blob", subject)
     assert stored is not None and stored.parked and stored.attempts == limits().sweep_max_attempts
     assert emitted["SweepJobsParked"] == 1
@@ -293,7 +280,7 @@ def test_given_a_crash_after_every_aws_call_of_a_job_run_then_re_runs_converge(
             if stored is None:
                 break
             assert not stored.parked, (k, stored)
-            _sweep(DueKind.JOB, stored.mark.due_at)
+            sweep_kinds((DueKind.JOB,), stored.mark.due_at)
         assert job_store.find(TENANT, "staging", subject) is None, k
         assert not any(_exists(stack, name) for name in staged), k
         if not plan.crashed:
@@ -316,7 +303,7 @@ def test_given_an_abandoned_upload_whose_expiry_keeps_failing_then_it_is_backed_
     now = clock.now() + 2 * HOUR
     delays = []
     for attempt in range(1, limits().sweep_max_attempts):
-        swept = _sweep(DueKind.UPLOAD, now)
+        swept = sweep_kinds((DueKind.UPLOAD,), now)
         assert (swept["failed"], swept["backed_off"]) == (1, 1)
         stored = _raw(stack, pk, sk)
         assert stored is not None
@@ -325,7 +312,7 @@ def test_given_an_abandoned_upload_whose_expiry_keeps_failing_then_it_is_backed_
         now = int(stored["dueAt"]["S"])
     assert delays == DELAYS
 
-    swept = _sweep(DueKind.UPLOAD, now)
+    swept = sweep_kinds((DueKind.UPLOAD,), now)
 
     assert swept["parked"] == 1 and emitted["SweepItemsParked"] == 1
     stored = _raw(stack, pk, sk)
@@ -334,7 +321,7 @@ def test_given_an_abandoned_upload_whose_expiry_keeps_failing_then_it_is_backed_
     upload = acme.get(f"/v1/uploads/{upload_id}").body
     assert upload["state"] == "awaiting_upload"
     assert int(stored["reservedBytes"]["N"]) > 0
-    assert _sweep(DueKind.UPLOAD, now + 30 * 24 * HOUR) == Counter({"parked_total": 1})
+    assert sweep_kinds((DueKind.UPLOAD,), now + 30 * 24 * HOUR) == Counter({"parked_total": 1})
 
 
 def test_given_an_expired_upload_whose_staging_cannot_be_deleted_then_a_staging_job_retries_it(
@@ -350,12 +337,12 @@ def test_given_an_expired_upload_whose_staging_cannot_be_deleted_then_a_staging_
 
     monkeypatch.setattr(blobs, "delete_prefix_objects", refuse)
     now = clock.now() + 2 * HOUR
-    assert _sweep(DueKind.UPLOAD, now)["expired"] == 1
+    assert sweep_kinds((DueKind.UPLOAD,), now)["expired"] == 1
     assert all(_exists(stack, name) for name in staged)
-    assert _sweep(DueKind.JOB, now)["retried"] == 1
+    assert sweep_kinds((DueKind.JOB,), now)["retried"] == 1
 
     monkeypatch.setattr(blobs, "delete_prefix_objects", real_delete)
-    assert _sweep(DueKind.JOB, now + 60)["done"] == 1
+    assert sweep_kinds((DueKind.JOB,), now + 60)["done"] == 1
     assert not any(_exists(stack, name) for name in staged)
 
 
@@ -373,16 +360,16 @@ def test_given_an_operation_whose_sweep_keeps_failing_then_it_is_backed_off_then
     monkeypatch.setattr(workflow, "status", unreachable)
     now = clock.now() + HOUR
     for _ in range(limits().sweep_max_attempts - 1):
-        assert _sweep(DueKind.OPERATION, now)["backed_off"] == 1
+        assert sweep_kinds((DueKind.OPERATION,), now)["backed_off"] == 1
         listed = [m for m in due.list_parked(DueKind.OPERATION, limit=10, cursor=None)[0]]
         assert listed == []
         now += jobs.retry_delay(limits().sweep_max_attempts)  # later than any backoff so far
-    assert _sweep(DueKind.OPERATION, now)["parked"] == 1
+    assert sweep_kinds((DueKind.OPERATION,), now)["parked"] == 1
     assert emitted["SweepItemsParked"] == 1
     (parked,) = due.list_parked(DueKind.OPERATION, limit=10, cursor=None)[0]
     assert parked.sk == f"OP#{admitted.body['operationId']}" and parked.error is not None
     assert parked.error.startswith("TransientStoreError")
-    assert _sweep(DueKind.OPERATION, now + 30 * 24 * HOUR) == Counter({"parked_total": 1})
+    assert sweep_kinds((DueKind.OPERATION,), now + 30 * 24 * HOUR) == Counter({"parked_total": 1})
     monkeypatch.undo()
 
     # the same key starts its workflow, which settles it: the settle takes it out of the index, park and all

@@ -4,7 +4,6 @@ index's shards → one sweeper page at a time), with the sweep's "now" taken fro
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -19,31 +18,11 @@ from packyard.operations import settlement
 from packyard.store import due, workflows
 from packyard_cli.build import build_from_files
 from tests.support.callers import used_bytes
+from tests.support.sweeping import run_maintenance
 
 WS = "ws-sweep"
 EVENTS = devstack.ROOT / "events"
 HOUR = 3600
-
-
-def _sweep(stack, at: int) -> dict[str, Any]:
-    """Run the maintenance state machine as the schedule would, as if at ``at``; its description."""
-    event = json.loads((EVENTS / "schedule_sweep.json").read_text())
-    event["time"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sfn = boto3.client("stepfunctions")
-    started = sfn.start_execution(
-        stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
-    )
-    finished = devstack.wait_for_execution(started["executionArn"], timeout=60)
-    assert finished["status"] == "SUCCEEDED", finished
-    return finished
-
-
-def _counts(finished: dict[str, Any]) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for page in json.loads(finished["output"])["swept"]:
-        for name, count in page["counts"].items():
-            totals[name] = totals.get(name, 0) + count
-    return totals
 
 
 def _staged_keys(stack, tenant: str) -> list[str]:
@@ -58,18 +37,18 @@ def test_given_an_abandoned_upload_session_when_swept_after_its_deadline_then_it
     assert session.status == 201
     assert used_bytes(stack, "t-acme") > 0 and _staged_keys(stack, "t-acme")
 
-    early = _counts(_sweep(stack, clock.now()))
+    early = run_maintenance(stack, clock.now())
     assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "awaiting_upload"
     assert early.get("expired", 0) == 0
 
-    swept = _counts(_sweep(stack, clock.now() + 2 * HOUR))
+    swept = run_maintenance(stack, clock.now() + 2 * HOUR)
 
     assert swept["expired"] == 1
     assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "expired"
     assert used_bytes(stack, "t-acme") == 0
     assert _staged_keys(stack, "t-acme") == []
     # swept twice: nothing is due any more
-    assert _counts(_sweep(stack, clock.now() + 3 * HOUR)).get("expired", 0) == 0
+    assert run_maintenance(stack, clock.now() + 3 * HOUR).get("expired", 0) == 0
 
 
 def test_given_a_verifying_session_whose_execution_never_ran_when_swept_then_it_is_rejected(
@@ -82,7 +61,7 @@ def test_given_a_verifying_session_whose_execution_never_ran_when_swept_then_it_
     assert acme.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
     monkeypatch.undo()
 
-    swept = _counts(_sweep(stack, clock.now() + HOUR))
+    swept = run_maintenance(stack, clock.now() + HOUR)
 
     upload = acme.get(f"/v1/uploads/{session.body['uploadId']}").body
     assert swept["rejected"] == 1
@@ -99,8 +78,8 @@ def test_given_an_operation_whose_workflow_never_started_when_swept_after_its_le
     monkeypatch.undo()
     assert acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body["state"] == "admitted"
 
-    assert _counts(_sweep(stack, clock.now())).get("started", 0) == 0  # its lease has not run out
-    swept = _counts(_sweep(stack, clock.now() + HOUR))
+    assert run_maintenance(stack, clock.now()).get("started", 0) == 0  # its lease has not run out
+    swept = run_maintenance(stack, clock.now() + HOUR)
 
     assert swept["started"] == 1
     assert acme.wait_settled(WS, admitted)["outcome"] == {"result": "succeeded"}
@@ -124,7 +103,7 @@ def test_given_a_committed_operation_whose_settle_failed_when_swept_then_it_sett
     blocked = acme.install(WS, "hello", "hello", "1.0.0", key="k-next", if_match='"1"')
     assert (blocked.status, blocked.body["code"]) == (409, "operation_in_progress")
 
-    swept = _counts(_sweep(stack, clock.now() + HOUR))
+    swept = run_maintenance(stack, clock.now() + HOUR)
 
     settled = acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body
     assert swept["settled"] == 1
@@ -243,7 +222,7 @@ def test_given_a_reject_that_keeps_failing_then_the_execution_records_it_and_the
     assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "verifying"
     assert used_bytes(stack, "t-acme") > 0
 
-    swept = _counts(_sweep(stack, clock.now() + HOUR))
+    swept = run_maintenance(stack, clock.now() + HOUR)
 
     assert swept["rejected"] == 1
     assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "rejected"

@@ -4,9 +4,7 @@ a bytes-per-page budget, safely twice."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -20,6 +18,7 @@ from packyard.maintenance import scrub, sweeps
 from packyard.store import catalog, due
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
+from tests.support.sweeping import run_maintenance, sweep_kinds
 
 WS = "ws-scrub"
 DAY = 24 * 3600
@@ -32,36 +31,6 @@ def _blob_item(stack, tenant: str, sha256: str) -> dict[str, Any]:
         TableName=stack.table_name, Key={"pk": {"S": f"TENANT#{tenant}#BLOB#{sha256}"}, "sk": {"S": "BLOB"}}
     )["Item"]
     return item
-
-
-def _sweep_blobs(at: int) -> Counter[str]:
-    """Every shard of the blob kind, page after page, as the maintenance Map does."""
-    counts: Counter[str] = Counter()
-    for shard in range(due.SHARDS):
-        cursor = None
-        while True:
-            page = sweeps.sweep(DueKind.BLOB, shard, at, cursor)
-            counts.update(page.counts)
-            cursor = page.cursor
-            if not cursor:
-                break
-    return counts
-
-
-def _sweep_everything(stack, at: int) -> Counter[str]:
-    """The maintenance state machine as the schedule starts it, as if at ``at``."""
-    event = json.loads((EVENTS / "schedule_sweep.json").read_text())
-    event["time"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sfn = boto3.client("stepfunctions")
-    started = sfn.start_execution(
-        stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
-    )
-    finished = devstack.wait_for_execution(started["executionArn"], timeout=120)
-    assert finished["status"] == "SUCCEEDED", finished
-    counts: Counter[str] = Counter()
-    for page in json.loads(finished["output"])["swept"]:
-        counts.update(page["counts"])
-    return counts
 
 
 @pytest.fixture
@@ -87,15 +56,15 @@ def test_given_a_published_release_then_its_blobs_are_due_for_a_check_one_interv
         assert item["releases"] == {"SS": ["hello@1.0.0"]}
         assert int(item["dueAt"]["S"]) - clock.now() in range(INTERVAL - 60, INTERVAL + 1)
 
-    assert _sweep_blobs(clock.now() + DAY) == Counter()  # not due yet: nothing read
+    assert sweep_kinds((DueKind.BLOB,), clock.now() + DAY) == Counter()  # not due yet: nothing read
     later = clock.now() + INTERVAL + DAY
-    assert _sweep_blobs(later)["healthy"] == 2
+    assert sweep_kinds((DueKind.BLOB,), later)["healthy"] == 2
 
     for sha in blobs:
         item = _blob_item(stack, "t-acme", sha)
         assert (int(item["dueAt"]["S"]), int(item["checkedAt"]["N"])) == (later + INTERVAL, later)
         assert "corruptAt" not in item
-    assert _sweep_blobs(later) == Counter()  # checked: due again only an interval later
+    assert sweep_kinds((DueKind.BLOB,), later) == Counter()  # checked: due again only an interval later
     assert acme.get("/v1/packages/hello/versions/1.0.0").body["status"] == "published"
 
 
@@ -133,7 +102,7 @@ def test_given_a_blob_that_rotted_in_s3_when_swept_then_its_release_is_unavailab
     acme.wait_settled(WS, acme.install(WS, "moved", "hello", "1.1.0", key="k-3", if_match='"1"'))
     _damage(stack, "t-acme", v1["archive"]["sha256"], how)
 
-    swept = _sweep_everything(stack, clock.now() + INTERVAL + DAY)
+    swept = run_maintenance(stack, clock.now() + INTERVAL + DAY)
 
     assert (swept[how], swept["healthy"]) == (1, 3)
     release = acme.get("/v1/packages/hello/versions/1.0.0")
@@ -155,7 +124,7 @@ def test_given_a_blob_that_rotted_in_s3_when_swept_then_its_release_is_unavailab
     assert "corruptAt" in item
 
     # the next check finds it as bad as before: nothing more changes, no second alarm
-    again = _sweep_blobs(clock.now() + 2 * INTERVAL + 2 * DAY)
+    again = sweep_kinds((DueKind.BLOB,), clock.now() + 2 * INTERVAL + 2 * DAY)
     assert again[f"still_{how}"] == 1
     assert acme.get(f"/v1/workspaces/{WS}/installations/hello").headers.get("etag") == '"2"'
     assert _blob_item(stack, "t-acme", v1["archive"]["sha256"])["corruptAt"] == item["corruptAt"]
@@ -262,5 +231,5 @@ def test_given_blob_records_written_before_the_scrub_when_backfilled_then_they_a
         assert int(_blob_item(stack, "t-acme", sha)["dueAt"]["S"]) == backfill.first_check_at(sha, now)
     assert done["blob_scheduled"] == 2 and again["blob_scheduled"] == 0  # the second pass changes nothing
     _damage(stack, "t-acme", blobs[0], "corrupt")
-    assert _sweep_blobs(now + INTERVAL)["corrupt"] == 1
+    assert sweep_kinds((DueKind.BLOB,), now + INTERVAL)["corrupt"] == 1
     assert acme.get("/v1/packages/other/versions/1.0.0").body["status"] == "unavailable"

@@ -34,10 +34,9 @@ from devstack.api import LocalApi
 from devstack.caller import Caller
 from devstack.faults import InjectedCrash, crash_after
 from packyard import clock
-from packyard.maintenance import sweeps
-from packyard.store import due
 from packyard.store.due import DueKind
 from packyard_cli.build import BuiltPackage, build_from_files
+from tests.support.sweeping import sweep_kinds
 
 TENANT = "t-storage"
 PACKAGE = "kept"
@@ -168,17 +167,7 @@ class StorageModel(RuleBasedStateMachine):
         return Stored(self.stack, self.tenant)
 
     def sweep_all(self) -> Counter[str]:
-        outcomes: Counter[str] = Counter()
-        for kind in DueKind:
-            for shard in range(due.SHARDS):
-                cursor = None
-                for _ in range(100):
-                    page = sweeps.sweep(kind, shard, self.now, cursor)
-                    outcomes.update(page.counts)
-                    cursor = page.cursor
-                    if not cursor:
-                        break
-        return outcomes
+        return sweep_kinds(DueKind, self.now)
 
     # ---- publishing ----
 

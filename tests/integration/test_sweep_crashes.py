@@ -27,10 +27,11 @@ from devstack.faults import InjectedCrash, crash_after
 from packyard import clock, config
 from packyard.maintenance import sweeps
 from packyard.operations import settlement
-from packyard.store import due, workflows
+from packyard.store import workflows
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
 from tests.support.callers import used_bytes
+from tests.support.sweeping import sweep_kinds
 
 HOUR = 3600
 DAY = 24 * HOUR
@@ -53,22 +54,6 @@ def _fresh_config() -> Iterator[None]:
     """A case may change a limit through the environment: settings read after it are read anew."""
     yield
     config.reset()
-
-
-def _sweep(kinds: tuple[DueKind, ...], now: int) -> dict[str, int]:
-    """Every shard of ``kinds``, page after page, as the maintenance Map runs them."""
-    counts: dict[str, int] = {}
-    for kind in kinds:
-        for shard in range(due.SHARDS):
-            cursor = None
-            while True:
-                page = sweeps.sweep(kind, shard, now, cursor)
-                for name, n in page.counts.items():
-                    counts[name] = counts.get(name, 0) + n
-                cursor = page.cursor
-                if not cursor:
-                    break
-    return counts
 
 
 class DyingActions:
@@ -257,9 +242,9 @@ def test_a_crash_at_every_call_of_a_sweep_action_converges_on_a_rerun(
         with monkeypatch.context() as patched:
             dying = DyingActions(patched, k)
             with contextlib.suppress(ProcessDied):
-                _sweep(case.kinds, at)
+                sweep_kinds(case.kinds, at)
         for later in (at + DAY, at + 2 * DAY):  # the next scheduled runs
-            _sweep(case.kinds, later)
+            sweep_kinds(case.kinds, later)
         case.check(stack, caller, state)
         if not dying.crashed:
             break  # the actions made fewer than k calls: every call has had its crash

@@ -11,9 +11,7 @@ jump reaches the first check of every blob.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -26,6 +24,7 @@ from packyard import clock, config
 from packyard.operations import settlement
 from packyard.store import workflows
 from packyard_cli.build import build_from_files
+from tests.support.sweeping import run_maintenance
 
 WS = "ws-travel"
 HOUR = 3600
@@ -39,23 +38,6 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[devstack.Stack]:
     with devstack.local_aws() as created:
         yield created
     config.reset()
-
-
-def _maintenance(stack: devstack.Stack, at: int) -> dict[str, int]:
-    """The schedule's run as if at ``at``: the maintenance state machine, to its end; what every page did."""
-    event = json.loads((EVENTS / "schedule_sweep.json").read_text())
-    event["time"] = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    sfn = boto3.client("stepfunctions")
-    started = sfn.start_execution(
-        stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
-    )
-    finished = devstack.wait_for_execution(started["executionArn"], timeout=120)
-    assert finished["status"] == "SUCCEEDED", finished
-    totals: dict[str, int] = {}
-    for page in json.loads(finished["output"])["swept"]:
-        for name, count in page["counts"].items():
-            totals[name] = totals.get(name, 0) + count
-    return totals
 
 
 def _blob_objects(stack: devstack.Stack, tenant: str) -> dict[str, int]:
@@ -117,8 +99,8 @@ def test_two_hours_later_the_sweeps_leave_exactly_what_the_design_says(
     )
 
     later = clock.now() + 2 * HOUR
-    first = _maintenance(stack, later)
-    second = _maintenance(stack, later + 60)  # a yanked release gives its blobs back; the next run reclaims them
+    first = run_maintenance(stack, later)
+    second = run_maintenance(stack, later + 60)  # a yanked release gives its blobs back; the next run reclaims them
     swept = {name: first.get(name, 0) + second.get(name, 0) for name in {*first, *second}}
 
     assert swept["expired"] == 2

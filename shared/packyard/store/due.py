@@ -66,22 +66,7 @@ def query(
     """One page of the items of ``kind`` in ``shard`` due at or before ``now`` (oldest first), and the cursor of
     the next page (None when the shard has nothing more due)."""
     partition = shard_key(kind, shard)
-    params: dict[str, Any] = {
-        "TableName": dynamo.table_name(),
-        "IndexName": INDEX,
-        "KeyConditionExpression": "#shard = :shard AND #at <= :now",
-        "ExpressionAttributeNames": {"#shard": SHARD_ATTRIBUTE, "#at": AT_ATTRIBUTE},
-        "ExpressionAttributeValues": {":shard": {"S": partition}, ":now": {"S": f"{now:012d}"}},
-        "Limit": limit,
-    }
-    start = cursors.decode(cursor, partition, names=INDEX_KEY, partition_name=SHARD_ATTRIBUTE)
-    if start:
-        params["ExclusiveStartKey"] = start
-    try:
-        response = dynamo.dynamodb().query(**params)
-    except Exception as exc:
-        raise dynamo.translate_error(exc) from exc
-    return response.get("Items", []), cursors.encode(response.get("LastEvaluatedKey"))
+    return _index_page(partition, limit, cursor, due_by=now)
 
 
 def cursor_after(kind: DueKind, shard: int, item: dict[str, Any]) -> str | None:
@@ -179,22 +164,8 @@ def back_off(mark: DueMark, *, kind: DueKind, retry_at: int | None, now: int, er
 def list_parked(kind: DueKind, *, limit: int, cursor: str | None) -> tuple[list[DueMark], str | None]:
     """A page of the parked items of ``kind`` (oldest park first) and the cursor of the next page."""
     partition = parked_shard(kind)
-    params: dict[str, Any] = {
-        "TableName": dynamo.table_name(),
-        "IndexName": INDEX,
-        "KeyConditionExpression": "#shard = :shard",
-        "ExpressionAttributeNames": {"#shard": SHARD_ATTRIBUTE},
-        "ExpressionAttributeValues": {":shard": {"S": partition}},
-        "Limit": limit,
-    }
-    start = cursors.decode(cursor, partition, names=INDEX_KEY, partition_name=SHARD_ATTRIBUTE)
-    if start:
-        params["ExclusiveStartKey"] = start
-    try:
-        response = dynamo.dynamodb().query(**params)
-    except Exception as exc:
-        raise dynamo.translate_error(exc) from exc
-    return [mark_of(item) for item in response.get("Items", [])], cursors.encode(response.get("LastEvaluatedKey"))
+    items, next_cursor = _index_page(partition, limit, cursor)
+    return [mark_of(item) for item in items], next_cursor
 
 
 def count_parked(kind: DueKind, *, max_pages: int = 10) -> int:
@@ -218,3 +189,32 @@ def count_parked(kind: DueKind, *, max_pages: int = 10) -> int:
             break
         params["ExclusiveStartKey"] = response["LastEvaluatedKey"]
     return total
+
+
+def _index_page(
+    partition: str, limit: int, cursor: str | None, *, due_by: int | None = None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """One page of the index's ``partition`` (oldest first; with ``due_by``, only what is due by then)."""
+    condition = "#shard = :shard"
+    names = {"#shard": SHARD_ATTRIBUTE}
+    values: dict[str, Any] = {":shard": {"S": partition}}
+    if due_by is not None:
+        condition += " AND #at <= :now"
+        names["#at"] = AT_ATTRIBUTE
+        values[":now"] = {"S": f"{due_by:012d}"}
+    params: dict[str, Any] = {
+        "TableName": dynamo.table_name(),
+        "IndexName": INDEX,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "Limit": limit,
+    }
+    start = cursors.decode(cursor, partition, names=INDEX_KEY, partition_name=SHARD_ATTRIBUTE)
+    if start:
+        params["ExclusiveStartKey"] = start
+    try:
+        response = dynamo.dynamodb().query(**params)
+    except Exception as exc:
+        raise dynamo.translate_error(exc) from exc
+    return response.get("Items", []), cursors.encode(response.get("LastEvaluatedKey"))

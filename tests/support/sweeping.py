@@ -1,0 +1,53 @@
+"""Running the sweeps in tests: the real maintenance state machine as the schedule starts it, or every shard of some
+kinds in-process, page after page, as its Map does."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+import boto3
+
+import devstack
+from packyard.maintenance import sweeps
+from packyard.store import due
+from packyard.store.due import DueKind
+
+
+def scheduled_time(at: int) -> str:
+    """An epoch second as the scheduled event's ``time`` (RFC 3339, UTC)."""
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run_maintenance(stack: devstack.Stack, at: int) -> Counter[str]:
+    """The maintenance state machine started with the scheduled event as if at ``at``, run to its end (it must
+    succeed); what all its pages did, summed."""
+    event = json.loads((devstack.ROOT / "events" / "schedule_sweep.json").read_text())
+    event["time"] = scheduled_time(at)
+    sfn = boto3.client("stepfunctions", region_name=stack.region)
+    started = sfn.start_execution(
+        stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
+    )
+    finished = devstack.wait_for_execution(started["executionArn"], timeout=120)
+    assert finished["status"] == "SUCCEEDED", finished
+    counts: Counter[str] = Counter()
+    for page in json.loads(finished["output"])["swept"]:
+        counts.update(page["counts"])
+    return counts
+
+
+def sweep_kinds(kinds: Iterable[DueKind], now: int) -> Counter[str]:
+    """Every shard of ``kinds`` in-process, page after page until nothing more is due, as the Map runs them."""
+    counts: Counter[str] = Counter()
+    for kind in kinds:
+        for shard in range(due.SHARDS):
+            cursor: str | None = None
+            while True:
+                page = sweeps.sweep(kind, shard, now, cursor)
+                counts.update(page.counts)
+                cursor = page.cursor
+                if not cursor:
+                    break
+    return counts
