@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
@@ -69,7 +69,8 @@ class Resolver(APIGatewayHttpResolver):
     event, body included. Set on the instance first, the event shadows the class attribute for this resolver."""
 
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        self.current_event = APIGatewayProxyEventV2(dict(event))
+        # as Powertools builds it (with this resolver's strict JSON deserializer)
+        self.current_event = cast(APIGatewayProxyEventV2, self._to_proxy_event(dict(event)))
         self.lambda_context = context
         return super().resolve(event, context)
 
