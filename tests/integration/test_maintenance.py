@@ -14,11 +14,10 @@ from devstack.caller import Caller
 from devstack.lambdas import LambdaContext, load_module
 from packyard import clock
 from packyard.api.times import epoch_of
-from packyard.operations import settlement
 from packyard.store import due, workflows
 from packyard_cli.build import build_from_files
 from tests.support.callers import used_bytes
-from tests.support.sweeping import run_maintenance
+from tests.support.sweeping import install_with_settle_down, run_maintenance
 
 WS = "ws-sweep"
 EVENTS = devstack.ROOT / "events"
@@ -90,14 +89,7 @@ def test_given_a_committed_operation_whose_settle_failed_when_swept_then_it_sett
 ) -> None:
     acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
 
-    def broken_settle(*args: object, **kwargs: object) -> dict:
-        raise RuntimeError("settlement is down")
-
-    monkeypatch.setattr(settlement, "settle_task", broken_settle)
-    admitted = acme.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
-    machine = stack.state_machine_arns["InstallStateMachine"]
-    devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)
-    monkeypatch.undo()
+    admitted, _ = install_with_settle_down(stack, acme, WS, "hello", "hello", "1.0.0", key="k-stuck")
     stuck = acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body
     assert stuck["state"] == "committed"
     blocked = acme.install(WS, "hello", "hello", "1.0.0", key="k-next", if_match='"1"')
@@ -173,14 +165,7 @@ def test_given_a_lost_settle_when_the_key_is_sent_again_after_the_lease_then_the
 ) -> None:
     acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
 
-    def broken_settle(*args: object, **kwargs: object) -> dict:
-        raise RuntimeError("settlement is down")
-
-    monkeypatch.setattr(settlement, "settle_task", broken_settle)
-    admitted = acme.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
-    execution = workflows.execution_arn(stack.state_machine_arns["InstallStateMachine"], admitted.body["operationId"])
-    described = devstack.wait_for_execution(execution, timeout=60)
-    monkeypatch.undo()
+    admitted, described = install_with_settle_down(stack, acme, WS, "hello", "hello", "1.0.0", key="k-stuck")
     assert (
         described["status"],
         acme.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body["state"],

@@ -26,12 +26,11 @@ from devstack.caller import Caller
 from devstack.faults import InjectedCrash, crash_after
 from packyard import clock, config
 from packyard.maintenance import sweeps
-from packyard.operations import settlement
 from packyard.store import workflows
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
 from tests.support.callers import used_bytes
-from tests.support.sweeping import sweep_kinds
+from tests.support.sweeping import install_with_settle_down, sweep_kinds
 
 HOUR = 3600
 DAY = 24 * HOUR
@@ -144,14 +143,7 @@ def _unstarted_verify_check(stack: devstack.Stack, caller: Caller, state: dict[s
 def _stuck_settle_setup(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> dict[str, Any]:
     caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
 
-    def broken_settle(*args: object, **kwargs: object) -> dict[str, Any]:
-        raise RuntimeError("settlement is down")
-
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(settlement, "settle_task", broken_settle)
-        admitted = caller.install(WS, "hello", "hello", "1.0.0", key="k-stuck")
-        machine = stack.state_machine_arns["InstallStateMachine"]
-        devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)
+    admitted, _ = install_with_settle_down(stack, caller, WS, "hello", "hello", "1.0.0", key="k-stuck")
     operation = admitted.body["operationId"]
     assert caller.get(f"/v1/workspaces/{WS}/operations/{operation}").body["state"] == "committed"
     return {"operation": operation, "used": used_bytes(stack, caller.tenant)}

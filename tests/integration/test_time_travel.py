@@ -21,10 +21,8 @@ import devstack
 from devstack.api import LocalApi
 from devstack.caller import Caller
 from packyard import clock, config
-from packyard.operations import settlement
-from packyard.store import workflows
 from packyard_cli.build import build_from_files
-from tests.support.sweeping import run_maintenance
+from tests.support.sweeping import install_with_settle_down, run_maintenance
 
 WS = "ws-travel"
 HOUR = 3600
@@ -75,14 +73,7 @@ def test_two_hours_later_the_sweeps_leave_exactly_what_the_design_says(
     assert acme.delete("/v1/packages/old/versions/1.0.0").status == 200
 
     # tools: its Settle fails, so the operation stays committed and the installation blocked
-    def broken_settle(*args: object, **kwargs: object) -> dict[str, Any]:
-        raise RuntimeError("settlement is down")
-
-    with monkeypatch.context() as patched:
-        patched.setattr(settlement, "settle_task", broken_settle)
-        stuck = acme.install(WS, "t", "tools", "1.0.0", key="t1")
-        machine = stack.state_machine_arns["InstallStateMachine"]
-        devstack.wait_for_execution(workflows.execution_arn(machine, stuck.body["operationId"]), timeout=60)
+    stuck, _ = install_with_settle_down(stack, acme, WS, "t", "tools", "1.0.0", key="t1")
     assert acme.get(f"/v1/workspaces/{WS}/operations/{stuck.body['operationId']}").body["state"] == "committed"
 
     # two sessions nobody completes

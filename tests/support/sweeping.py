@@ -7,12 +7,17 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 import boto3
+import pytest
 
 import devstack
+from devstack.api import ApiResponse
+from devstack.caller import Caller
 from packyard.maintenance import sweeps
-from packyard.store import due
+from packyard.operations import settlement
+from packyard.store import due, workflows
 from packyard.store.due import DueKind
 
 
@@ -51,3 +56,20 @@ def sweep_kinds(kinds: Iterable[DueKind], now: int) -> Counter[str]:
                 if not cursor:
                     break
     return counts
+
+
+def install_with_settle_down(
+    stack: devstack.Stack, caller: Caller, workspace: str, installation: str, package: str, version: str, *, key: str
+) -> tuple[ApiResponse, dict[str, Any]]:
+    """Install while Settle fails past its retries (its Catch ends the execution): the operation stays committed,
+    left to the sweep. The admission's answer and the ended execution's description."""
+
+    def settlement_is_down(*args: object, **kwargs: object) -> dict[str, Any]:
+        raise RuntimeError("settlement is down")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(settlement, "settle_task", settlement_is_down)
+        admitted = caller.install(workspace, installation, package, version, key=key)
+        machine = stack.state_machine_arns["InstallStateMachine"]
+        ended = devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)
+    return admitted, ended

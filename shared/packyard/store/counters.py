@@ -30,32 +30,24 @@ def bytes_key(tenant: str, workspace: str) -> tuple[str, str]:
 
 
 def count_change(tenant: str, workspace: str, task_id: str | None, delta: int, limit: int) -> dict[str, Any]:
-    pk, sk = counter_key(tenant, workspace, task_id)
-    update: dict[str, Any] = {
-        "TableName": table_name(),
-        "Key": key(pk, sk),
-        "UpdateExpression": "SET schemaVersion = :sv ADD n :delta",
-        "ExpressionAttributeValues": marshal({":delta": delta, ":sv": dynamo.SCHEMA_VERSION}),
-    }
-    if delta > 0:
-        update["ConditionExpression"] = "attribute_not_exists(n) OR n <= :room"
-        update["ExpressionAttributeValues"] = marshal(
-            {":delta": delta, ":room": limit - delta, ":sv": dynamo.SCHEMA_VERSION}
-        )
-    return {"Update": update}
+    return _bounded_add(counter_key(tenant, workspace, task_id), "n", delta, limit)
 
 
 def bytes_change(tenant: str, workspace: str, delta: int, limit: int) -> dict[str, Any]:
     """``usedBytes`` of the workspace grows only while ``usedBytes <= limit - delta`` (conditions cannot add)."""
-    pk, sk = bytes_key(tenant, workspace)
+    return _bounded_add(bytes_key(tenant, workspace), "usedBytes", delta, limit)
+
+
+def _bounded_add(item_key: tuple[str, str], attribute: str, delta: int, limit: int) -> dict[str, Any]:
+    """ADD ``delta`` to ``attribute``; a growth only under the condition that it stays within ``limit``."""
     update: dict[str, Any] = {
         "TableName": table_name(),
-        "Key": key(pk, sk),
-        "UpdateExpression": "SET schemaVersion = :sv ADD usedBytes :delta",
+        "Key": key(*item_key),
+        "UpdateExpression": f"SET schemaVersion = :sv ADD {attribute} :delta",
         "ExpressionAttributeValues": marshal({":delta": delta, ":sv": dynamo.SCHEMA_VERSION}),
     }
     if delta > 0:
-        update["ConditionExpression"] = "attribute_not_exists(usedBytes) OR usedBytes <= :room"
+        update["ConditionExpression"] = f"attribute_not_exists({attribute}) OR {attribute} <= :room"
         update["ExpressionAttributeValues"] = marshal(
             {":delta": delta, ":room": limit - delta, ":sv": dynamo.SCHEMA_VERSION}
         )
