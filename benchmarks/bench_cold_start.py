@@ -229,6 +229,7 @@ def seed(stack: Any) -> dict[str, tuple[str, dict[str, Any]]]:
     cases: dict[str, tuple[str, dict[str, Any]]] = {}
     for function, event in (
         api_event(api, "GET", f"/v1/workspaces/{WORKSPACE}/installations/{INSTALLATION}"),
+        api_event(api, "GET", f"/v1/packages/{PACKAGE}/versions/1.0.0"),
         api_event(api, "GET", f"/v1/uploads/{upload_id}"),
         api_event(
             api,

@@ -223,7 +223,7 @@ ITEM_SIZES: dict[str, int] = {}
 """Largest item of each kind (by sort key prefix) seen in the measurement, in bytes."""
 
 
-API_FUNCTIONS = {"UploadsFunction", "QueriesFunction", "AdmissionFunction", "ApprovalsFunction"}
+API_FUNCTIONS = {"UploadsFunction", "CatalogFunction", "QueriesFunction", "AdmissionFunction", "ApprovalsFunction"}
 
 
 def account(flow: Flow, calls: list[tuple[str, str, dict[str, Any]]], client: Any, table: str) -> None:

@@ -2,9 +2,10 @@
 
 How it reaches every client
 ---------------------------
-botocore copies the session's event emitter into each client when the client is created, and every
-``boto3.session.Session()`` builds a fresh botocore session. So a handler registered on "a session" only
-sees clients that session creates later. What *every* new botocore session does see is
+botocore copies the session's event emitter into each client when the client is created, and a session's
+emitter is built with the session (the data access layer keeps one, ``store.aws._session``, until
+``reset_clients``). So a handler registered on "a session" only sees clients that session creates later. What
+*every* new botocore session does see is
 ``botocore.handlers.BUILTIN_HANDLERS``: it is read when the session is built. Importing this module
 appends one inert ``before-call`` hook there (the way moto installs its own ``before-send`` stubber), so
 any client created afterwards, from any session, carries the hook, including clients the data access

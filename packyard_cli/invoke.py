@@ -49,7 +49,8 @@ NETWORK = [{"kind": "network", "resource": "api.hello.example"}]
 # which sample event each function gets, and what the seed must have made before it runs
 SAMPLES: dict[str, tuple[str, str]] = {
     "UploadsFunction": ("http_create_upload.json", "releases"),
-    "QueriesFunction": ("http_list_versions.json", "releases"),
+    "CatalogFunction": ("http_list_versions.json", "releases"),
+    "QueriesFunction": ("http_get_resolved.json", "committed"),
     "AdmissionFunction": ("http_install.json", "releases"),
     "ApprovalsFunction": ("http_list_approvals.json", "consent"),
     "VerifyFunction": ("sfn_verify.json", "uploaded"),
@@ -227,6 +228,12 @@ def sample_events(made: dict[str, dict[str, Any]]) -> dict[str, Any]:
         ),
         "http_list_versions.json": http_event(
             "GET", f"/v1/packages/{PACKAGE}/versions", "/v1/packages/{package}/versions", {"package": PACKAGE}
+        ),
+        "http_get_resolved.json": http_event(
+            "GET",
+            f"/v1/workspaces/{WORKSPACE}/resolved",
+            "/v1/workspaces/{workspace}/resolved",
+            {"workspace": WORKSPACE},
         ),
         "http_install.json": http_event(
             "PUT",

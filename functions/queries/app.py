@@ -1,90 +1,27 @@
-"""HTTP reads: the catalogue (packages, versions, a version's manifest and receipt, archive links) and workspaces
-(installations, operations, what a runtime loads)."""
+"""HTTP reads of workspaces: installations, operations, what a runtime loads (``resolved``, with download links),
+and usage against the limits (a workspace's, the tenant's)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Path
 
 from packyard.api.principal import authorize
-from packyard.api.publishing_responses import (
-    ArchiveLinkView,
-    PackagePage,
-    PackageView,
-    ReleaseManifestView,
-    ReleasePage,
-)
 from packyard.api.query_responses import InstallationPage, ResolvedView, TenantUsageView, WorkspaceUsageView
 from packyard.api.resolver import build_resolver, json_response, serve
-from packyard.api.routes import contract
+from packyard.api.routes import Cursor, PageSize, contract
 from packyard.api.workspace_responses import InstallationView, OperationView
 from packyard.authority import Permission
-from packyard.errors import InvalidRequest, NotFound, ReleaseUnavailable, StoredItemInvalid
+from packyard.errors import InvalidRequest, NotFound
 from packyard.installations.models import etag
 from packyard.observability import HTTP_CORRELATION, lambda_entry
-from packyard.publishing import catalog
 from packyard.workspaces import queries, usage
 
 app = build_resolver()
 
-PageSize = Annotated[int, Query(ge=1, le=catalog.MAX_PAGE)]
-Cursor = Annotated[str | None, Query(max_length=2048)]
 READ_ERRORS = (InvalidRequest, NotFound)
-
-
-@app.get(
-    "/v1/packages",
-    tags=["releases"],
-    **contract(Permission.READ_PACKAGES, {200: ("The tenant's packages", PackagePage)}, (InvalidRequest,)),
-)
-def list_packages(limit: PageSize = 50, cursor: Cursor = None) -> PackagePage:
-    return PackagePage.of(*catalog.list_packages(authorize(app).tenant, limit, cursor))
-
-
-@app.get(
-    "/v1/packages/<package>",
-    tags=["releases"],
-    **contract(Permission.READ_PACKAGES, {200: ("A package", PackageView)}, READ_ERRORS),
-)
-def get_package(package: Annotated[str, Path()]) -> PackageView:
-    return PackageView.of(catalog.get_package(authorize(app).tenant, package))
-
-
-@app.get(
-    "/v1/packages/<package>/versions",
-    tags=["releases"],
-    **contract(Permission.READ_PACKAGES, {200: ("The package's releases, newest first", ReleasePage)}, READ_ERRORS),
-)
-def list_versions(package: Annotated[str, Path()], limit: PageSize = 50, cursor: Cursor = None) -> ReleasePage:
-    return ReleasePage.of(*catalog.list_versions(authorize(app).tenant, package, limit, cursor))
-
-
-@app.get(
-    "/v1/packages/<package>/versions/<version>",
-    tags=["releases"],
-    **contract(
-        Permission.READ_PACKAGES,
-        {200: ("The release, its publish receipt and its manifest", ReleaseManifestView)},
-        (*READ_ERRORS, StoredItemInvalid),
-    ),
-)
-def get_version(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ReleaseManifestView:
-    return ReleaseManifestView.with_manifest(*catalog.get_version(authorize(app).tenant, package, version))
-
-
-@app.get(
-    "/v1/packages/<package>/versions/<version>/archive",
-    tags=["releases"],
-    **contract(
-        Permission.READ_PACKAGES,
-        {200: ("A short-lived download link of the archive", ArchiveLinkView)},
-        (*READ_ERRORS, ReleaseUnavailable),
-    ),
-)
-def get_archive(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ArchiveLinkView:
-    return ArchiveLinkView.of_link(catalog.archive_link(authorize(app).tenant, package, version))
 
 
 @app.get(

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
+from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
 from packyard.api.principal import BEARER_SCHEME
@@ -14,6 +15,10 @@ from packyard.authority import Permission
 from packyard.errors import Forbidden, PackyardError, Unauthorized
 
 PROBLEM_SCHEMA = {"$ref": "#/components/schemas/Problem"}
+# a list route's query parameters: at most 100 items a page (the catalogue's and the workspaces' MAX_PAGE), and the
+# opaque cursor of the page before
+PageSize = Annotated[int, Query(ge=1, le=100)]
+Cursor = Annotated[str | None, Query(max_length=2048)]
 
 
 def contract(

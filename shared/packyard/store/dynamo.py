@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -25,17 +26,17 @@ M = TypeVar("M", bound=BaseModel)
 # attempts, last error and park: store/due.py)
 STORAGE_ATTRIBUTES = ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt", "dueAttempts", "dueError", "parkedAt")
 
-_serializer: Any = None
 _deserializer: Any = None
 
 
-def _codecs() -> tuple[Any, Any]:
-    global _serializer, _deserializer
-    if _serializer is None:
-        from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+def _reader() -> Any:
+    """Powertools' TypeDeserializer: boto3's, without importing boto3 (and through it s3transfer) on a cold start."""
+    global _deserializer
+    if _deserializer is None:
+        from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
 
-        _serializer, _deserializer = TypeSerializer(), TypeDeserializer()
-    return _serializer, _deserializer
+        _deserializer = TypeDeserializer()
+    return _deserializer
 
 
 def table_name() -> str:
@@ -47,31 +48,53 @@ def dynamodb() -> Any:
 
 
 def marshal(values: Mapping[str, Any]) -> dict[str, Any]:
-    serializer, _ = _codecs()
-    return {key: serializer.serialize(_numbers(value)) for key, value in values.items() if value is not None}
+    """Attribute values of a JSON-like mapping (None values are left out), as boto3's TypeSerializer writes them."""
+    return {key: attribute_value(value) for key, value in values.items() if value is not None}
 
 
-def _numbers(value: Any) -> Any:
-    """DynamoDB numbers are decimals: floats (e.g. in an installation's config) go through their repr."""
-    from decimal import Decimal
+def attribute_value(value: Any) -> dict[str, Any]:
+    """One DynamoDB attribute value: str S, bool BOOL, int/float/Decimal N (a float through its repr), bytes B,
+    None NULL, list L, mapping M, and a non-empty set of strings SS or of numbers NS. The data access layer writes
+    JSON-like values only (models are dumped in JSON mode); anything else is a bug, refused with TypeError."""
+    if isinstance(value, str):
+        return {"S": value}
+    if isinstance(value, bool):
+        return {"BOOL": value}
+    if isinstance(value, int | float | Decimal):
+        return {"N": _number(value)}
+    if value is None:
+        return {"NULL": True}
+    if isinstance(value, Mapping):
+        return {"M": {str(k): attribute_value(v) for k, v in value.items()}}
+    if isinstance(value, list | tuple):
+        return {"L": [attribute_value(v) for v in value]}
+    if isinstance(value, set | frozenset) and value:
+        if all(isinstance(v, str) for v in value):
+            return {"SS": list(value)}
+        if all(isinstance(v, int | float | Decimal) and not isinstance(v, bool) for v in value):
+            return {"NS": [_number(v) for v in value]}
+    if isinstance(value, bytes | bytearray):
+        return {"B": bytes(value)}
+    raise TypeError(f"no DynamoDB attribute value for {type(value).__name__} {value!r:.80}")
 
-    if isinstance(value, float):
-        return Decimal(repr(value))
-    if isinstance(value, list):
-        return [_numbers(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _numbers(v) for k, v in value.items()}
-    return value
+
+def _number(value: int | float | Decimal) -> str:
+    """DynamoDB numbers are decimals of at most 38 digits: a float goes through its repr, as JSON writes it; a
+    number DynamoDB cannot hold exactly raises decimal's Inexact/Rounded/Overflow, as boto3's serializer does."""
+    from aws_lambda_powertools.shared.dynamodb_deserializer import DYNAMODB_CONTEXT
+
+    number = Decimal(repr(value)) if isinstance(value, float) else value
+    if isinstance(number, Decimal) and not number.is_finite():
+        raise TypeError(f"DynamoDB stores finite numbers only, not {value!r}")
+    return str(DYNAMODB_CONTEXT.create_decimal(number))
 
 
 def unmarshal(item: Mapping[str, Any]) -> dict[str, Any]:
-    _, deserializer = _codecs()
-    return {key: _plain(deserializer.deserialize(value)) for key, value in item.items()}
+    reader = _reader()
+    return {key: _plain(reader.deserialize(value)) for key, value in item.items()}
 
 
 def _plain(value: Any) -> Any:
-    from decimal import Decimal
-
     if isinstance(value, Decimal):
         return int(value) if value == value.to_integral_value() else float(value)
     if isinstance(value, list):
