@@ -12,4 +12,6 @@ from packyard.workflow_inputs import OperationTask, parse
 @lambda_entry(OPERATION_CORRELATION, settings=("table_name",))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     task = parse(OperationTask, event)
-    return settlement.settle_task(task.tenant, task.workspace, task.installation_id, task.operation_id, task.error)
+    return settlement.settle_task(
+        task.tenant, task.workspace, task.installation_id, task.operation_id, task.error, attempt=task.attempt
+    )

@@ -417,11 +417,13 @@ class World:
             raise TaskError("ClaimLost" if slot.holder != op_id else "StaleAuthority")
         op.state, op.version, op.committed = "committed", op.version + 1, True
 
-    def settle_task(self, op_id: str, error: str | None) -> None:
+    def settle_task(self, op_id: str, error: str | None, attempt: int | None) -> None:
         op = self.ops[op_id]
         slot = self.slot(op.inst)
         if op.state == "settled" or error == "ClaimLost":
             return
+        if attempt != op.attempt:
+            return  # a retried Settle of an earlier attempt: the resumed operation is not its to settle
         if op.state == "pending":
             return  # a retried Settle finds it already deferred: it keeps the phase it stopped in
         waiting = op.state == "awaiting_consent"
@@ -874,7 +876,7 @@ class OperationsModel(RuleBasedStateMachine):
                 self.world.commit_task(op_id, int(execution.event["plan"]["version"]))
             else:
                 error = execution.event.get("error")
-                self.world.settle_task(op_id, error["Error"] if error else None)
+                self.world.settle_task(op_id, error["Error"] if error else None, execution.event["attempt"])
         except TaskError as exc:
             predicted_error = exc.name
         world_after = self.world
@@ -1467,3 +1469,41 @@ def test_a_deferred_wait_for_consent_is_no_longer_listed_as_waiting(harness):
     assert listed.status == 200, listed.body
     assert listed.body["items"] == [], "a pending operation is listed as waiting for a decision"
     assert not [i for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")]
+
+
+def test_a_retried_settle_of_an_earlier_attempt_leaves_the_resumed_attempt_alone(harness):
+    """Attempt 0 waits for consent; its Consent task dies after its write and the Catch routes to Settle, which
+    defers the operation and dies right after that write. Before Step Functions' Retry runs that Settle again, the
+    client resumes the operation: attempt 1 plans and waits for consent with a token of its own. The retried Settle
+    of attempt 0 must not touch attempt 1 (it used to defer it again: attempt 1's execution waited on a token whose
+    wait was gone, found by the reference model as "waits on tok-…, but op is pending, wait {}")."""
+    ws = f"ws-plain-{next(_workspaces)}"
+    admitted = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
+    assert admitted.status == 202, admitted.body
+    first = _started(harness)
+    first["plan"] = harness.invoke("PlanningFunction", dict(first))
+    _await_consent(harness, first)
+    first["error"] = dict(TRANSIENT_ERROR)
+    with crash_after(2) as crash, contextlib.suppress(InjectedCrash):  # BatchGetItem, TransactWriteItems (defer)
+        harness.invoke("SettlementFunction", dict(first))
+    assert crash.crashed
+    op_id = admitted.body["operationId"]
+
+    resumed = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
+    assert (resumed.status, resumed.body["attempt"]) == (202, 1), resumed.body
+    second = _started(harness)
+    second["plan"] = harness.invoke("PlanningFunction", dict(second))
+    token = _await_consent(harness, second)
+    waiting = workspace.get_operation(TENANT, ws, op_id)
+    assert waiting is not None and str(waiting.state) == "awaiting_consent"
+
+    retried = harness.invoke("SettlementFunction", dict(first))  # Step Functions' Retry of attempt 0's Settle
+    assert retried["settled"] is False, retried
+    after = workspace.get_operation(TENANT, ws, op_id)
+    assert after == waiting, "the retried Settle of attempt 0 changed attempt 1"
+    assert [i["sk"] for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")] == ["CONSENT#app"]
+    _approve(harness, ws, second, token)
+    second["commit"] = harness.invoke("CommitFunction", dict(second))
+    harness.invoke("SettlementFunction", dict(second))
+    final = workspace.get_operation(TENANT, ws, op_id)
+    assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final

@@ -53,15 +53,27 @@ NO_LONGER_PLANNED = Outcome(
 
 @tracer.capture_method(capture_response=False)
 def settle_task(
-    tenant: str, workspace_id: str, installation_id: str, operation_id: str, error: dict[str, Any] | None
+    tenant: str,
+    workspace_id: str,
+    installation_id: str,
+    operation_id: str,
+    error: dict[str, Any] | None,
+    *,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
-    """Write the terminal outcome (or defer to pending on a transient failure) and free the slot."""
+    """Write the terminal outcome (or defer to pending on a transient failure) and free the slot. ``attempt`` is the
+    attempt the calling execution runs: once the operation was resumed as a later one, an earlier attempt's Settle
+    (Step Functions retrying one that died after deferring) leaves it alone. None (an execution started before
+    inputs carried the attempt): not fenced."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
     op, slot = workspace.read_operation_and_slot(tenant, workspace_id, installation_id, operation_id)
     if op is None:
         raise NotFound(f"operation {operation_id} not found")
     if op.state is OperationState.SETTLED:
         return {"settled": True, "outcome": op.outcome.model_dump(exclude_none=True) if op.outcome else None}
+    if attempt is not None and attempt != op.attempt:
+        logger.info("settle of an earlier attempt ignored", extra={"attempt": attempt, "current": op.attempt})
+        return {"settled": False, "reason": "attempt_superseded", "attempt": op.attempt}
     if op.state is OperationState.PENDING:
         # an earlier attempt of this settle already deferred it: deferring again would lose the phase it stopped in
         return {"settled": False, "pending": True, "phase": op.phase, "errorCode": op.error_code}

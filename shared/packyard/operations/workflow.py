@@ -16,6 +16,8 @@ def start(op: Operation) -> None:
         "workspace": op.workspace,
         "installationId": op.installation_id,
         "operationId": op.operation_id,
+        # Settle acts only on this attempt: a retried Settle of an earlier one must not touch a resumed operation
+        "attempt": op.attempt,
     }
     if op.target is not None and not op.target_checked:
         # planning reads this release beside the operation (one BatchGetItem) to check it is still published
