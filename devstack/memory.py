@@ -112,8 +112,31 @@ def _stepfunctions(seen: set[int]) -> dict[str, Any]:
     }
 
 
+_last_snapshot: Any = None
+
+
+def traced_growth(limit: int = 25) -> list[dict[str, Any]]:
+    """Where Python's allocations grew since the previous report, by the line that allocated them, when the process
+    runs with ``PYTHONTRACEMALLOC`` (e.g. ``PYTHONTRACEMALLOC=1 packyard local``); empty otherwise."""
+    import tracemalloc
+
+    global _last_snapshot
+    if not tracemalloc.is_tracing():
+        return []
+    snapshot = tracemalloc.take_snapshot().filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    previous, _last_snapshot = _last_snapshot, snapshot
+    if previous is None:
+        return []
+    top = snapshot.compare_to(previous, "lineno")[:limit]
+    return [
+        {"where": str(stat.traceback), "growthKiB": round(stat.size_diff / 1024), "blocks": stat.count_diff}
+        for stat in top
+    ]
+
+
 def report() -> dict[str, Any]:
-    """RSS, threads, and each service's stored data: counts and deep size in MiB."""
+    """RSS, threads, and each service's stored data: counts and deep size in MiB (and, when tracing allocations,
+    where they grew since the previous report)."""
     gc.collect()
     seen: set[int] = set()
     stored: dict[str, Any] = {}
@@ -130,6 +153,7 @@ def report() -> dict[str, Any]:
         "interpreterThreadsKept": len(TMP_THREADS),  # moto's list of its ASL threads (devstack/moto_fixes.py)
         "storedMiB": round(sum(part["pythonBytes"] for part in stored.values()) / MIB, 1),
         "stored": stored,
+        "tracedGrowth": traced_growth(),
     }
 
 

@@ -1264,6 +1264,19 @@ def _approve(harness: Harness, workspace_id: str, event: dict[str, Any], token: 
     event["plan"] = delivered.payload
 
 
+def _waiting_for_consent(
+    harness: Harness, workspace_id: str, version: str, key: str
+) -> tuple[str, dict[str, Any], str]:
+    """Install hello@``version`` as ``key``: Plan asks consent and the execution waits with a token. Returns the
+    operation id, the execution's input and the token."""
+    admitted = harness.send(workspace_id, Req("app", "put", version, "owner", None, key))
+    assert admitted.status == 202, admitted.body
+    event = _started(harness)
+    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    assert event["plan"]["needsConsent"], event["plan"]
+    return admitted.body["operationId"], event, _await_consent(harness, event)
+
+
 def _deferred(
     harness: Harness,
     workspace_id: str,
@@ -1417,13 +1430,8 @@ def test_a_wait_for_consent_deferred_by_settle_asks_again_when_resumed(harness):
     operation is deferred in phase planned (not awaiting_consent). The client's retry resumes it, Plan answers the
     recorded plan, which asks consent again; the new wait (new token, new deadline) is approved and commits."""
     ws = f"ws-plain-{next(_workspaces)}"
-    admitted = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
-    assert admitted.status == 202, admitted.body
-    event = _started(harness)
-    event["plan"] = harness.invoke("PlanningFunction", dict(event))
-    _await_consent(harness, event)
+    op_id, event, _ = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
     harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})
-    op_id = admitted.body["operationId"]
     deferred = workspace.get_operation(TENANT, ws, op_id)
     assert deferred is not None and (str(deferred.state), deferred.phase) == ("pending", "planned"), deferred
 
@@ -1478,16 +1486,11 @@ def test_a_retried_settle_of_an_earlier_attempt_leaves_the_resumed_attempt_alone
     of attempt 0 must not touch attempt 1 (it used to defer it again: attempt 1's execution waited on a token whose
     wait was gone, found by the reference model as "waits on tok-…, but op is pending, wait {}")."""
     ws = f"ws-plain-{next(_workspaces)}"
-    admitted = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
-    assert admitted.status == 202, admitted.body
-    first = _started(harness)
-    first["plan"] = harness.invoke("PlanningFunction", dict(first))
-    _await_consent(harness, first)
+    op_id, first, _ = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
     first["error"] = dict(TRANSIENT_ERROR)
     with crash_after(2) as crash, contextlib.suppress(InjectedCrash):  # BatchGetItem, TransactWriteItems (defer)
         harness.invoke("SettlementFunction", dict(first))
     assert crash.crashed
-    op_id = admitted.body["operationId"]
 
     resumed = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
     assert (resumed.status, resumed.body["attempt"]) == (202, 1), resumed.body

@@ -56,7 +56,7 @@ class Action(StrEnum):
 
 
 class Outcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     result: Literal["succeeded", "refused", "unconfirmed"]
     status: int | None = None
@@ -128,7 +128,7 @@ Decision = Literal["approve", "reject"]
 
 
 class AskedPermission(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     kind: str
     resource: str = "*"
@@ -138,7 +138,7 @@ class Consent(BaseModel):
     """What an owner-origin operation asks approval for: the exact plan (by digest) and the permissions it adds;
     then, once decided, who decided what and when."""
 
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     permissions: list[AskedPermission]
     plan_digest: str = Field(alias="planDigest")
@@ -150,7 +150,7 @@ class Consent(BaseModel):
 
 
 class Operation(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     tenant: str
     workspace: str
@@ -197,7 +197,7 @@ class Operation(BaseModel):
 class Slot(BaseModel):
     """The installation's single in-flight slot. ``claim`` counts claims, so a takeover is a compare-and-set."""
 
-    model_config = ConfigDict(populate_by_name=True, frozen=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
 
     operation_id: str | None = Field(default=None, alias="operationId")
     claim: int = 0
@@ -212,7 +212,7 @@ class Supersession(BaseModel):
     """The decision to settle the slot's holder in favour of a new operation: how it settles, and until when the
     settled holder is retained."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     operation_id: str
     outcome: Outcome
