@@ -177,13 +177,17 @@ def upload_task(**extra: Any) -> dict[str, Any]:
 
 
 def operation_task(operation_id: str, consent: bool = False, **extra: Any) -> dict[str, Any]:
-    return {
+    """A task's state input: the execution's input (the attempt included) plus what earlier states added; the
+    AwaitConsent state's Payload (``taskToken`` in ``extra``) names the operation only."""
+    task: dict[str, Any] = {
         "tenant": TENANT,
         "workspace": WORKSPACE,
         "installationId": installation_for(consent),
         "operationId": operation_id,
-        **extra,
     }
+    if "taskToken" not in extra:
+        task["attempt"] = 0
+    return {**task, **extra}
 
 
 # ------------------------------------------------------------------ the sample events

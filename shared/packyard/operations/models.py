@@ -67,7 +67,7 @@ class Outcome(BaseModel):
 class InstallRequest(BaseModel):
     """Body of ``PUT /v1/workspaces/{ws}/installations/{id}`` (and of ``…/preview``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     package: str = Field(min_length=1, max_length=64)
     version: str = Field(min_length=1, max_length=128)
@@ -108,7 +108,7 @@ def _has_empty_key(value: Any) -> bool:
 class ChangeRequest(BaseModel):
     """Body of ``DELETE …/installations/{id}`` and ``POST …/rollback`` (optional)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     origin: Literal["owner", "workflow"] = "owner"
     plan_digest: str | None = Field(default=None, alias="planDigest", pattern=r"^[0-9a-f]{64}$")
@@ -117,7 +117,7 @@ class ChangeRequest(BaseModel):
 class PromoteRequest(BaseModel):
     """Body of ``POST …/installations/{id}/promote``: the wider scope the installation moves to."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, defer_build=True)
 
     scope: Scope
     origin: Literal["owner", "workflow"] = "owner"
