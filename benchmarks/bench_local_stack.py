@@ -251,7 +251,8 @@ def describe_stored(report: dict[str, Any] | None) -> str:
         f"({dynamodb.get('pythonBytes', 0) / 2**20:.1f}), Step Functions {sfn.get('executions', '?')} executions / "
         f"{sfn.get('events', '?')} history events ({sfn.get('pythonBytes', 0) / 2**20:.1f}, of which the histories "
         f"{sfn.get('historyBytes', 0) / 2**20:.1f}); "
-        f"{report['threads']} threads ({report.get('interpreterThreadsKept', '?')} kept by moto's interpreter)"
+        f"{report['threads']} threads ({report.get('interpreterThreadsKept', '?')} kept by moto's interpreter); "
+        f"Python holds {report.get('allocatedBlocks', 0):,} blocks, {report.get('gcObjects', 0):,} tracked objects"
     )
 
 

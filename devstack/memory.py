@@ -134,23 +134,6 @@ def traced_growth(limit: int = 25) -> list[dict[str, Any]]:
     ]
 
 
-def release_free_memory() -> bool:
-    """Give the C allocator's free pages back to the OS (glibc ``malloc_trim``): memory Python freed stays in the
-    process otherwise, scattered between live blocks. False where the C library has no such call."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError, TypeError):
-        return False
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    trim(0)
-    return True
-
-
 def report() -> dict[str, Any]:
     """RSS, threads, and each service's stored data: counts and deep size in MiB (and, when tracing allocations,
     where they grew since the previous report)."""
@@ -164,10 +147,7 @@ def report() -> dict[str, Any]:
             stored[name] = {"error": f"{type(exc).__name__}: {exc}", "pythonBytes": 0}
     from moto.stepfunctions.parser.utils import TMP_THREADS
 
-    before = rss_mib()
-    release_free_memory()
     return {
-        "rssBeforeTrimMiB": round(before, 1),
         "rssMiB": round(rss_mib(), 1),
         # Python's own count of the memory blocks it holds, and of the objects the collector tracks: growth here
         # beyond the stored data is a leak of Python objects; growth of RSS alone is the allocator's

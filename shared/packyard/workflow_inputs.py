@@ -53,7 +53,9 @@ class OperationTask(BaseModel):
     installation_id: str = Field(alias="installationId", min_length=1)
     operation_id: str = Field(alias="operationId", min_length=1)
     attempt: int | None = Field(
-        default=None, ge=0, description="the operation's attempt this execution runs (absent: started before it was set)"
+        default=None,
+        ge=0,
+        description="the operation's attempt this execution runs (absent: started before it was set)",
     )
     release: ReleaseKey | None = Field(default=None, description="a target release planning still has to check")
     error: dict[str, Any] | None = None
