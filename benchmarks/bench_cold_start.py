@@ -17,7 +17,8 @@ How it runs:
   the same for every function) and its first invocation with a realistic event: API functions get an API Gateway v2
   event (a read, or a replayed PUT), Step Functions tasks get the state input of the settled operation or published
   upload (a replay: one or two DynamoDB reads, the shape of the floor's one GetItem);
-* median of ``--runs`` (default 5) per case, cases interleaved so drift in machine speed hits all alike;
+* median of ``--runs`` (default 9: the ratios move by about ±0.05 between runs on a shared machine) per case,
+  cases interleaved so drift in machine speed hits all alike;
 * every case runs from a copy laid out as the deployment is (the layer's ``packyard`` package, each function's
   ``app.py``, and the floor's and the bare resolver's files beside them) with the bytecode ``make build`` ships:
   ``.pyc`` compiled once (``--bytecode compiled``, the default). Lambda's file system is read-only, so code deployed
@@ -297,7 +298,7 @@ def _importtime(path: Path, layer: Path, handler: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--importtime", metavar="HANDLER", help="print the slowest imports of functions/HANDLER")
     parser.add_argument(
         "--bytecode",
