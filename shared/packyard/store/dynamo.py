@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -26,17 +26,9 @@ M = TypeVar("M", bound=BaseModel)
 # attempts, last error and park: store/due.py)
 STORAGE_ATTRIBUTES = ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt", "dueAttempts", "dueError", "parkedAt")
 
-_deserializer: Any = None
-
-
-def _reader() -> Any:
-    """Powertools' TypeDeserializer: boto3's, without importing boto3 (and through it s3transfer) on a cold start."""
-    global _deserializer
-    if _deserializer is None:
-        from aws_lambda_powertools.shared.dynamodb_deserializer import TypeDeserializer
-
-        _deserializer = TypeDeserializer()
-    return _deserializer
+# DynamoDB numbers: at most 38 significant digits, exponents -130..125; a number outside is refused, never rounded
+# (the context boto3's serializer uses)
+NUMBER_CONTEXT = Context(Emin=-128, Emax=126, prec=38, traps=[Clamped, Overflow, Inexact, Rounded, Underflow])
 
 
 def table_name() -> str:
@@ -79,29 +71,42 @@ def attribute_value(value: Any) -> dict[str, Any]:
 
 
 def _number(value: int | float | Decimal) -> str:
-    """DynamoDB numbers are decimals of at most 38 digits: a float goes through its repr, as JSON writes it; a
-    number DynamoDB cannot hold exactly raises decimal's Inexact/Rounded/Overflow, as boto3's serializer does."""
-    from aws_lambda_powertools.shared.dynamodb_deserializer import DYNAMODB_CONTEXT
-
+    """A float goes through its repr, as JSON writes it; a number DynamoDB cannot hold exactly raises decimal's
+    Inexact/Rounded/Overflow, as boto3's serializer does."""
     number = Decimal(repr(value)) if isinstance(value, float) else value
     if isinstance(number, Decimal) and not number.is_finite():
         raise TypeError(f"DynamoDB stores finite numbers only, not {value!r}")
-    return str(DYNAMODB_CONTEXT.create_decimal(number))
+    return str(NUMBER_CONTEXT.create_decimal(number))
 
 
 def unmarshal(item: Mapping[str, Any]) -> dict[str, Any]:
-    reader = _reader()
-    return {key: _plain(reader.deserialize(value)) for key, value in item.items()}
+    """The values of an item, as :func:`marshal` was given them: numbers as int (integral) or float."""
+    return {key: plain_value(value) for key, value in item.items()}
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+def plain_value(attribute: Mapping[str, Any]) -> Any:
+    """One attribute value read back: the inverse of :func:`attribute_value`."""
+    ((kind, value),) = attribute.items()
+    if kind in ("S", "BOOL", "B"):
+        return value
+    if kind == "N":
+        return _read_number(value)
+    if kind == "M":
+        return {k: plain_value(v) for k, v in value.items()}
+    if kind == "L":
+        return [plain_value(v) for v in value]
+    if kind == "SS":
+        return set(value)
+    if kind == "NS":
+        return {_read_number(v) for v in value}
+    if kind == "NULL":
+        return None
+    raise TypeError(f"unknown DynamoDB attribute type {kind}")
+
+
+def _read_number(text: str) -> int | float:
+    number = Decimal(text)
+    return int(number) if number == number.to_integral_value() else float(number)
 
 
 def key(pk: str, sk: str) -> dict[str, Any]:
