@@ -13,17 +13,13 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from tests.e2e.helpers import Cli, Stack, start_stack, stop_stack
+from tests.e2e.helpers import Cli, Stack, running_stack
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("packyard-local")
-    running = start_stack(root / "state", root / "local.log")
-    try:
+    with running_stack(tmp_path_factory.mktemp("packyard-local")) as running:
         yield running
-    finally:
-        stop_stack(running)
 
 
 @pytest.fixture

@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,6 +96,16 @@ def stop_stack(stack: Stack, sig: int = signal.SIGINT, timeout: float = 15.0) ->
             stack.process.kill()
             stack.process.wait()
     return stack.process.returncode
+
+
+@contextmanager
+def running_stack(root: Path) -> Iterator[Stack]:
+    """A local stack with its state and log under ``root``, stopped on exit."""
+    running = start_stack(root / "state", root / "local.log")
+    try:
+        yield running
+    finally:
+        stop_stack(running)
 
 
 class Cli:

@@ -42,7 +42,7 @@ from devstack.openapi import COMMITTED
 from packyard import errors
 from packyard_cli.build import BuiltPackage, build_from_files
 from packyard_cli.tokens import ALL_SCOPES, load_or_create_key
-from tests.e2e.helpers import Stack, start_stack, stop_stack
+from tests.e2e.helpers import Stack, running_stack
 
 pytestmark = pytest.mark.xdist_group("fuzz")
 
@@ -131,12 +131,8 @@ def _install(
 
 @pytest.fixture(scope="module")
 def fuzz_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    root = tmp_path_factory.mktemp("packyard-fuzz")
-    running = start_stack(root / "state", root / "local.log")
-    try:
+    with running_stack(tmp_path_factory.mktemp("packyard-fuzz")) as running:
         yield running
-    finally:
-        stop_stack(running)
 
 
 @pytest.fixture(scope="module")
