@@ -252,7 +252,18 @@ def describe_stored(report: dict[str, Any] | None) -> str:
         f"{sfn.get('events', '?')} history events ({sfn.get('pythonBytes', 0) / 2**20:.1f}, of which the histories "
         f"{sfn.get('historyBytes', 0) / 2**20:.1f}); "
         f"{report['threads']} threads ({report.get('interpreterThreadsKept', '?')} kept by moto's interpreter); "
-        f"Python holds {report.get('allocatedBlocks', 0):,} blocks, {report.get('gcObjects', 0):,} tracked objects"
+        f"Python holds {report.get('allocatedBlocks', 0):,} blocks, {report.get('gcObjects', 0):,} tracked objects; "
+        f"{describe_heap(report.get('allocatorMiB', {}))}"
+    )
+
+
+def describe_heap(heap: dict[str, float]) -> str:
+    """The two allocators behind the RSS: pymalloc (objects up to 512 bytes) and the C allocator (the rest)."""
+    if not heap:
+        return "no allocator figures"
+    return (
+        f"pymalloc {heap['pymallocArenas']:.0f} MiB of arenas ({heap['pymallocLive']:.0f} live), "
+        f"malloc {heap['mallocInUse']:.0f} MiB in use, {heap['mallocFree']:.0f} free in its heaps"
     )
 
 

@@ -40,7 +40,7 @@ import devstack  # noqa: E402
 from devstack.counting import count_aws_requests  # noqa: E402
 from packyard.maintenance import scrub, sweeps  # noqa: E402
 from packyard.publishing.models import ArchiveSource, Upload, UploadState  # noqa: E402
-from packyard.store import aws, catalog, due, dynamo  # noqa: E402
+from packyard.store import aws, catalog, counters, due, dynamo  # noqa: E402
 from packyard.store.due import DueKind  # noqa: E402
 
 TARGET_READ_RATIO = 1.2
@@ -174,7 +174,7 @@ def seed_sessions(count: int) -> int:
             batch = []
     if batch:
         client.batch_write_item(RequestItems={table: batch})
-    upk, usk = catalog.usage_key(TENANT)
+    upk, usk = counters.usage_key(TENANT)
     client.put_item(
         TableName=table,
         Item=dynamo.marshal({"pk": upk, "sk": usk, "usedBytes": count * 1124, "schemaVersion": dynamo.SCHEMA_VERSION}),

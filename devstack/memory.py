@@ -1,12 +1,15 @@
 """What the local stack's memory holds: the data moto stores (S3 objects, DynamoDB items, Step Functions executions
-and their histories), counted and sized in this process, beside the process's RSS.
+and their histories), counted and sized, beside the process's RSS and the two allocators' heaps behind it.
 
-``packyard local`` writes :func:`report` to ``<state dir>/memory.json`` when it receives ``SIGUSR1``
+``packyard local`` writes :func:`write_report` to ``<state dir>/memory.json`` when it receives ``SIGUSR1``
 (``benchmarks/bench_local_stack.py`` asks for it after each phase), so a benchmark can tell growth that is the
 stored data itself from growth that is not (a leak). Sizes are deep sizes of moto's own objects
 (``sys.getsizeof`` over everything reachable from a backend's stored records, each object counted once), i.e. what
 keeping that data costs in Python, not its size on the wire.
-"""
+
+The measurement must not be in what it measures: the process's figures are read before the stored data is walked,
+and on Linux the walk runs in a forked copy of the process, so its bookkeeping (a set of every object's id, tens of
+MiB) is never freed into the heap whose RSS the next report reads."""
 
 from __future__ import annotations
 
@@ -112,6 +115,99 @@ def _stepfunctions(seen: set[int]) -> dict[str, Any]:
     }
 
 
+def pymalloc_stats() -> dict[str, int]:
+    """pymalloc's own account of its arenas (``sys._debugmallocstats``, which writes to C's stderr): bytes in live
+    blocks, in free blocks of used pools, in empty pools, and the arenas' total."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as captured:
+        saved = os.dup(2)
+        os.dup2(captured.fileno(), 2)
+        try:
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        text = captured.read().decode("utf-8", "replace")
+    labels = {
+        "# bytes in allocated blocks": "allocated",
+        "# bytes in available blocks": "available",
+        "unused pools": "unusedPools",
+        "arenas * ": "arenas",
+    }
+    stats: dict[str, int] = {}
+    for line in text.splitlines():
+        for label, name in labels.items():
+            if label in line and name not in stats:
+                stats[name] = int(line.rpartition("=")[2].replace(",", "").strip() or 0)
+    return stats
+
+
+def glibc_malloc_stats() -> dict[str, int]:
+    """glibc's ``mallinfo2``: bytes of its heaps (``arena``), of large blocks it mapped on their own (``mmapped``),
+    in use (``inUse``) and free inside its heaps (``free``); empty where that is not glibc."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena",
+                "ordblks",
+                "smblks",
+                "hblks",
+                "hblkhd",
+                "usmblks",
+                "fsmblks",
+                "uordblks",
+                "fordblks",
+                "keepcost",
+            )
+        ]
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+        info = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {"arena": info.arena, "mmapped": info.hblkhd, "inUse": info.uordblks, "free": info.fordblks}
+
+
+def allocator() -> dict[str, float]:
+    """The heap behind the RSS, in MiB: pymalloc (objects up to 512 bytes) and the C allocator (everything else),
+    each split into what live objects use and what is held free."""
+    py = pymalloc_stats()
+    c = glibc_malloc_stats()
+    figures = {
+        "pymallocArenas": py.get("arenas", 0),
+        "pymallocLive": py.get("allocated", 0),
+        "pymallocFreeBlocks": py.get("available", 0),
+        "pymallocEmptyPools": py.get("unusedPools", 0),
+        "mallocHeap": c.get("arena", 0),
+        "mallocMapped": c.get("mmapped", 0),
+        "mallocInUse": c.get("inUse", 0),
+        "mallocFree": c.get("free", 0),
+    }
+    return {name: round(value / MIB, 1) for name, value in figures.items()}
+
+
+def unstored_objects(seen: set[int], limit: int = 15) -> list[dict[str, Any]]:
+    """The objects the collector tracks that the stored data does not reach (``seen`` after the walk), by type,
+    largest count first: a type that grows here from report to report is held by something other than the data."""
+    counts: dict[str, list[int]] = {}
+    for obj in gc.get_objects():
+        if id(obj) in seen or isinstance(obj, _SKIP):
+            continue
+        entry = counts.setdefault(type(obj).__qualname__, [0, 0])
+        entry[0] += 1
+        entry[1] += sys.getsizeof(obj)
+    top = sorted(counts.items(), key=lambda item: item[1][0], reverse=True)[:limit]
+    return [{"type": name, "count": count, "KiB": round(size / 1024)} for name, (count, size) in top]
+
+
 _last_snapshot: Any = None
 
 
@@ -134,10 +230,26 @@ def traced_growth(limit: int = 25) -> list[dict[str, Any]]:
     ]
 
 
-def report() -> dict[str, Any]:
-    """RSS, threads, and each service's stored data: counts and deep size in MiB (and, when tracing allocations,
-    where they grew since the previous report)."""
+def process_figures() -> dict[str, Any]:
+    """The process's own memory, after a collection: RSS, the allocators' heaps, Python's blocks, threads."""
+    from moto.stepfunctions.parser.utils import TMP_THREADS
+
     gc.collect()
+    return {
+        "rssMiB": round(rss_mib(), 1),
+        "allocatorMiB": allocator(),
+        # Python's own count of the memory blocks it holds: growth here beyond the stored data is a leak of Python
+        # objects; growth of RSS alone is the allocator's
+        "allocatedBlocks": sys.getallocatedblocks(),
+        "threads": threading.active_count(),
+        "interpreterThreadsKept": len(TMP_THREADS),  # moto's list of its ASL threads (devstack/moto_fixes.py)
+    }
+
+
+def stored_figures() -> dict[str, Any]:
+    """Each service's stored data (counts, deep size), the objects the collector tracks, and those of them the
+    stored data does not reach. Walking allocates a set of every object's id: tens of MiB at a few hundred thousand
+    objects, which is why :func:`write_report` walks in a forked copy of the process."""
     seen: set[int] = set()
     stored: dict[str, Any] = {}
     for name, measure in (("s3", _s3), ("dynamodb", _dynamodb), ("stepfunctions", _stepfunctions)):
@@ -145,24 +257,67 @@ def report() -> dict[str, Any]:
             stored[name] = measure(seen)
         except Exception as exc:  # moto's internals moved: say so rather than guess
             stored[name] = {"error": f"{type(exc).__name__}: {exc}", "pythonBytes": 0}
-    from moto.stepfunctions.parser.utils import TMP_THREADS
-
     return {
-        "rssMiB": round(rss_mib(), 1),
-        # Python's own count of the memory blocks it holds, and of the objects the collector tracks: growth here
-        # beyond the stored data is a leak of Python objects; growth of RSS alone is the allocator's
-        "allocatedBlocks": sys.getallocatedblocks(),
         "gcObjects": len(gc.get_objects()),
-        "threads": threading.active_count(),
-        "interpreterThreadsKept": len(TMP_THREADS),  # moto's list of its ASL threads (devstack/moto_fixes.py)
         "storedMiB": round(sum(part["pythonBytes"] for part in stored.values()) / MIB, 1),
         "stored": stored,
-        "tracedGrowth": traced_growth(),
+        "unstoredObjects": unstored_objects(seen),
     }
 
 
+def report() -> dict[str, Any]:
+    """RSS, threads, and each service's stored data: counts and deep size in MiB (and, when tracing allocations,
+    where they grew since the previous report), all measured in this process. The process's figures come first, so
+    the walk's own bookkeeping is not in them; it is in the heap afterwards (see :func:`write_report`)."""
+    process = process_figures()
+    return {**process, **stored_figures(), "tracedGrowth": traced_growth()}
+
+
+WALK_TIMEOUT_SECONDS = 300.0
+
+
 def write_report(path: Path) -> None:
-    """:func:`report` as JSON, written atomically (a reader never sees half a file)."""
+    """The report as JSON, written atomically (a reader never sees half a file).
+
+    On Linux the stored data is walked in a forked child, a copy-on-write snapshot of this process at this instant:
+    the walk's set of ids and the collector's object list are then allocated in the child and die with it, instead
+    of leaving tens of MiB of freed heap behind that the *next* report's RSS would count as growth. The child runs
+    no handler code and takes no lock another thread could hold (no logging, no imports that are not done)."""
+    process = process_figures()
+    stored = _stored_in_child(path.with_suffix(".stored")) if sys.platform == "linux" else stored_figures()
     partial = path.with_suffix(".partial")
-    partial.write_text(json.dumps(report()), "utf-8")
+    partial.write_text(json.dumps({**process, **stored, "tracedGrowth": traced_growth()}), "utf-8")
     partial.replace(path)
+
+
+def _stored_in_child(out: Path) -> dict[str, Any]:
+    import time
+    import warnings
+
+    with warnings.catch_warnings():  # 3.12 warns about fork in a threaded process: the child above is why it is safe
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: walk, write, leave without running the parent's exit handlers
+        code = 1
+        try:
+            out.write_text(json.dumps(stored_figures()), "utf-8")
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + WALK_TIMEOUT_SECONDS
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return {"stored": {"error": f"the walk did not finish in {WALK_TIMEOUT_SECONDS:.0f} s"}, "storedMiB": 0}
+        time.sleep(0.05)
+    try:
+        if os.waitstatus_to_exitcode(status) != 0:
+            return {"stored": {"error": f"the walk failed (exit {os.waitstatus_to_exitcode(status)})"}, "storedMiB": 0}
+        found: dict[str, Any] = json.loads(out.read_text("utf-8"))
+        return found
+    finally:
+        out.unlink(missing_ok=True)

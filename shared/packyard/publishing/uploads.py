@@ -41,7 +41,7 @@ from packyard.publishing.models import (
     check_package_name,
     check_version,
 )
-from packyard.store import blobs, catalog, workflows
+from packyard.store import blobs, catalog, counters, workflows
 
 
 class ArchiveDeclaration(BaseModel):
@@ -143,7 +143,7 @@ def create_upload(
         # with no ledger yet, the store's condition would pass: a request larger than the whole quota never fits
         raise QuotaExceeded(
             f"reserving {upload.reserved_bytes} bytes exceeds the tenant quota of {bounds.tenant_quota_bytes} bytes",
-            usedBytes=catalog.get_used_bytes(tenant),
+            usedBytes=counters.tenant_used_bytes(tenant),
             limitBytes=bounds.tenant_quota_bytes,
             requestedBytes=upload.reserved_bytes,
         )

@@ -20,6 +20,7 @@ from typing import Any
 from packyard.errors import ClaimLost, NotFound, QuotaExceeded
 from packyard.publishing.models import Package, Release, ReleaseStatus, Upload, UploadState
 from packyard.store import due, dynamo
+from packyard.store.counters import usage_key
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import BlobRecord, UsageLedger
 
@@ -42,10 +43,6 @@ def package_key(tenant: str, package: str) -> tuple[str, str]:
 
 def blob_key(tenant: str, sha256: str) -> tuple[str, str]:
     return f"TENANT#{tenant}#BLOB#{sha256}", "BLOB"
-
-
-def usage_key(tenant: str) -> tuple[str, str]:
-    return f"TENANT#{tenant}", "USAGE"
 
 
 # ---- reads -------------------------------------------------------------------------------------------------------
@@ -123,11 +120,6 @@ def list_releases(tenant: str, package: str, *, limit: int, cursor: str | None) 
     pk, _ = release_key(tenant, package, "")
     items, next_cursor = dynamo.query(pk, prefix="VERSION#", limit=limit, cursor=cursor)
     return [from_item(Release, item) for item in items], next_cursor
-
-
-def get_used_bytes(tenant: str) -> int:
-    item = dynamo.get(*usage_key(tenant), consistent=False)
-    return from_item(UsageLedger, item).used_bytes if item else 0
 
 
 # ---- writes ------------------------------------------------------------------------------------------------------

@@ -1,8 +1,11 @@
 """The counters of a workspace: live installations (of the workspace and of each task), for the installation
-limits, and the bytes of the releases its installations reference, for the workspace quota.
+limits, and the bytes of the releases its installations reference, for the workspace quota; and the tenant's usage
+ledger, for its storage quota (written by the publish side, ``store.catalog``; read here so that workspace reads of
+usage do not import the publish side).
 
     counters   pk TENANT#<t>#WS#<ws>   sk COUNT#WORKSPACE | COUNT#TASK#<taskId>   n = live installations
                pk TENANT#<t>#WS#<ws>   sk COUNT#BYTES                            usedBytes
+    usage      pk TENANT#<t>           sk USAGE       usedBytes = retained blobs + live upload reservations
 
 A counter grows only under a condition that it stays within its limit (conditions cannot add: ``n <= limit - d``).
 """
@@ -27,6 +30,11 @@ def counter_key(tenant: str, workspace: str, task_id: str | None = None) -> tupl
 def bytes_key(tenant: str, workspace: str) -> tuple[str, str]:
     """The bytes of the releases the workspace's installations reference (its quota)."""
     return workspace_pk(tenant, workspace), "COUNT#BYTES"
+
+
+def usage_key(tenant: str) -> tuple[str, str]:
+    """The tenant's usage ledger."""
+    return f"TENANT#{tenant}", "USAGE"
 
 
 def count_change(tenant: str, workspace: str, task_id: str | None, delta: int, limit: int) -> dict[str, Any]:
@@ -65,3 +73,8 @@ def read_usage(tenant: str, workspace: str) -> tuple[int, int]:
 
 def used_bytes(item: dict[str, Any] | None) -> int:
     return from_item(UsageLedger, item).used_bytes if item else 0
+
+
+def tenant_used_bytes(tenant: str) -> int:
+    """The tenant's stored bytes (retained blobs plus live upload reservations), eventually consistent."""
+    return used_bytes(dynamo.get(*usage_key(tenant), consistent=False))

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from packyard.config import limits
 from packyard.installations.models import check_workspace_id
-from packyard.store import catalog, counters
+from packyard.store import counters
 
 
 @dataclass(frozen=True)
@@ -39,4 +39,4 @@ def workspace_usage(tenant: str, workspace_id: str) -> WorkspaceUsage:
 
 
 def tenant_usage(tenant: str) -> TenantUsage:
-    return TenantUsage(used_bytes=catalog.get_used_bytes(tenant), limit_bytes=limits().tenant_quota_bytes)
+    return TenantUsage(used_bytes=counters.tenant_used_bytes(tenant), limit_bytes=limits().tenant_quota_bytes)
