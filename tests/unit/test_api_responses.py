@@ -630,9 +630,8 @@ def test_a_grant_kind_is_a_manifest_permission_kind() -> None:
     assert get_args(GrantKind) == get_args(PermissionKind)
 
 
-def test_admission_does_not_import_the_publish_side_views() -> None:
-    """Issue 11: the workspace and consent views build on ``api.base``; admission answers with workspace views only,
-    so importing it must not pull in the publish-side views, the manifest module or the usage/resolved domain."""
+def packyard_modules_imported_by(function: str) -> set[str]:
+    """The ``packyard`` modules a fresh interpreter holds after importing ``functions/<function>/app.py``."""
     import subprocess
     import sys
     from pathlib import Path
@@ -641,13 +640,19 @@ def test_admission_does_not_import_the_publish_side_views() -> None:
     code = (
         "import importlib.util, sys\n"
         f"sys.path.insert(0, {str(root / 'shared')!r})\n"
-        f"spec = importlib.util.spec_from_file_location('handler', {str(root / 'functions/admission/app.py')!r})\n"
+        f"spec = importlib.util.spec_from_file_location('handler', {str(root / 'functions' / function / 'app.py')!r})\n"
         "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
         "print(' '.join(sorted(name for name in sys.modules if name.startswith('packyard'))))\n"
     )
     env = {"POWERTOOLS_TRACE_DISABLED": "true", "POWERTOOLS_METRICS_DISABLED": "true", "PATH": ""}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    imported = set(done.stdout.split())
+    return set(done.stdout.split())
+
+
+def test_admission_does_not_import_the_publish_side_views() -> None:
+    """Issue 11: the workspace and consent views build on ``api.base``; admission answers with workspace views only,
+    so importing it must not pull in the publish-side views, the manifest module or the usage/resolved domain."""
+    imported = packyard_modules_imported_by("admission")
 
     assert "packyard.api.workspace_responses" in imported
     assert not imported & {
@@ -656,3 +661,12 @@ def test_admission_does_not_import_the_publish_side_views() -> None:
         "packyard.workspaces.models",
         "packyard.workspaces.usage",
     }
+
+
+def test_the_workspace_reads_do_not_import_the_publish_side() -> None:
+    """Issue 11: the Queries function reads installations, operations, resolved and usage; the release models, the
+    catalogue's store and the blob holds are imported only by the functions that read or hold a release."""
+    imported = packyard_modules_imported_by("queries")
+
+    assert {"packyard.store.workspace", "packyard.workspaces.usage", "packyard.store.counters"} <= imported
+    assert not imported & {"packyard.publishing.models", "packyard.store.catalog", "packyard.store.reclaims"}

@@ -91,3 +91,36 @@ def test_given_a_minted_cursor_when_decoded_for_its_partition_then_the_start_key
 def test_given_a_cursor_not_minted_for_this_partition_when_decoded_then_it_is_invalid_request(cursor: str) -> None:
     with pytest.raises(InvalidRequest):
         cursors.decode(cursor, PARTITION)
+
+
+def test_the_clients_load_their_models_without_walking_every_service_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 11: botocore's loader lists every service directory before loading a model; ours is told the services
+    it serves. Each of them still gets its own model from botocore's data, and another service is refused."""
+    import os
+
+    from botocore.exceptions import UnknownServiceError
+
+    from packyard.store import aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.delenv("AWS_DATA_PATH", raising=False)
+    listed: list[str] = []
+    real_listdir = os.listdir
+
+    def counting_listdir(path: str) -> list[str]:
+        listed.append(str(path))
+        return real_listdir(path)
+
+    aws.reset_clients()
+    monkeypatch.setattr(os, "listdir", counting_listdir)
+    try:
+        models = {name: aws.client(name).meta.service_model.service_name for name in aws.SERVICES}
+        with pytest.raises(UnknownServiceError):
+            aws._session().create_client("sqs")
+    finally:
+        aws.reset_clients()
+
+    assert models == {"dynamodb": "dynamodb", "s3": "s3", "stepfunctions": "stepfunctions"}
+    assert len(listed) <= 3 * len(aws.SERVICES)  # its own versions per service, not ~900 directories

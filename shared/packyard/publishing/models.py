@@ -130,7 +130,7 @@ class ReleaseStatus(StrEnum):
 class Release(BaseModel):
     """``package@version``: immutable once written. Status may move to yanked/unavailable; the version never frees."""
 
-    model_config = ConfigDict(populate_by_name=True, frozen=True, defer_build=True)
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     tenant: str
     package: str

@@ -13,6 +13,10 @@ and it learns ClaimLost. The slot carries a ``claim`` counter so taking it over 
 Retention (when a settled operation's TTL falls due) is decided by the domain and handed in; this module only
 writes it.
 
+The publish side (releases, the catalogue, blob holds) is imported by the functions that read or hold a release,
+not at import: the workspace reads (QueriesFunction: installations, operations, resolved) never touch it, and its
+models and modules are about 7 ms of their cold start (issue 11).
+
 Why one module of ~450 lines: admission, commit and settlement are each one transaction across the operation, the
 installation, the slot and the counters; their item builders live together so each transaction reads in one place.
 """
@@ -20,17 +24,19 @@ installation, the slot and the counters; their item builders live together so ea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packyard.consent.models import ConsentWait
 from packyard.errors import ClaimLost
 from packyard.installations.models import Installation, InstallationStatus
 from packyard.operations.models import Operation, OperationState, Slot, Supersession
-from packyard.publishing.models import Release
-from packyard.store import catalog, counters, due, dynamo, reclaims
+from packyard.store import counters, due, dynamo
 from packyard.store.counters import bytes_key, counter_key, workspace_pk
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import Counter, ReleaseHolder
+
+if TYPE_CHECKING:
+    from packyard.publishing.models import Release
 
 # operations in these states have a workflow that should settle them: they are due at their lease
 DUE_STATES = frozenset(
@@ -80,6 +86,9 @@ def read_for_admission(
     release: tuple[str, str] | None,
     task_id: str | None,
 ) -> AdmissionView:
+    from packyard.publishing.models import Release
+    from packyard.store import catalog
+
     keys = {
         "operation": operation_key(tenant, workspace, operation_id),
         "installation": installation_key(tenant, workspace, installation_id),
@@ -153,6 +162,9 @@ def read_operation_and_release(
     tenant: str, workspace: str, operation_id: str, release: tuple[str, str] | None
 ) -> tuple[Operation | None, Release | None]:
     """The operation and (if named) a release of the tenant, in one strongly consistent read."""
+    from packyard.publishing.models import Release
+    from packyard.store import catalog
+
     okey = operation_key(tenant, workspace, operation_id)
     rkey = catalog.release_key(tenant, *release) if release else None
     found = dynamo.batch_get([okey] + ([rkey] if rkey else []))
@@ -395,6 +407,7 @@ def commit(
     if bytes_change is not None and bytes_change[0] != 0:
         items.append(counters.bytes_change(plan.tenant, plan.workspace, *bytes_change))
     quota_end = len(items)
+    from packyard.store import reclaims
 
     def holder(package: str, version: str) -> ReleaseHolder:
         return ReleaseHolder(
