@@ -320,6 +320,11 @@ def _publishing_commands(command: AddCommand) -> None:
     _package_flags(publish)
     publish.add_argument("--archive", help="publish a prebuilt archive (with --manifest and --package, --version)")
     publish.add_argument("--manifest", help="the prebuilt archive's manifest (JSON)")
+    publish.add_argument(
+        "--idempotency-key",
+        help="default: a fresh UUID per command, kept across its retries; the same key with the same request "
+        "answers the same upload session",
+    )
     _waiting(publish)
 
     releases = command(

@@ -8,6 +8,7 @@ import argparse
 import hashlib
 import json
 import os
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,7 +234,10 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
         f"{human_size(len(archive))} sha256 {short_digest(request['archive']['sha256'], 16)}"
     )
     base = f"/v1/packages/{segment(package)}/versions/{segment(version)}"
-    session = ctx.client.request("POST", f"{base}/uploads", body=request)
+    # one key per command, kept across the client's retries: a retry after a lost answer gets the same session
+    # (one reservation), not a second one holding quota until it expires
+    key = args.idempotency_key or str(uuid.uuid4())
+    session = ctx.client.request("POST", f"{base}/uploads", body=request, idempotency_key=key)
     if session.status == 200:
         ctx.note("already published with identical content: nothing to upload")
         release = session.body.get("release", session.body)

@@ -111,13 +111,14 @@ def running_stack(root: Path) -> Iterator[Stack]:
 class Cli:
     """Runs ``python -m packyard_cli`` (what the ``packyard`` console script runs) as a subprocess."""
 
-    def __init__(self, stack: Stack, tenant: str) -> None:
+    def __init__(self, stack: Stack, tenant: str, endpoint: str | None = None) -> None:
         self.stack = stack
         self.tenant = tenant
+        self.endpoint = endpoint or stack.api  # another address in front of the stack's API (a test's proxy)
 
     def env(self) -> dict[str, str]:
         env = base_env(self.stack.state_dir)
-        env["PACKYARD_ENDPOINT"] = self.stack.api
+        env["PACKYARD_ENDPOINT"] = self.endpoint
         env["PACKYARD_TENANT"] = self.tenant
         return env
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
+import requests
 
 from tests.e2e.helpers import Cli, write_skill
 
@@ -166,3 +170,75 @@ def test_token_mints_the_claims_the_authorizer_checks(cli: Cli) -> None:
     assert claims["iss"] == "https://packyard.local/"
     assert claims["aud"] == "packyard"
     assert claims["exp"] - claims["iat"] == 600
+
+
+class AnswerLosingProxy(ThreadingHTTPServer):
+    """Forwards every request to the stack's API; the first upload-session request reaches the service, but its
+    answer is lost (the connection closes without a response), as on a dropped connection or a gateway timeout."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(("127.0.0.1", 0), _Forward)
+        self.upstream = upstream
+        self.session_keys: list[str | None] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _Forward(BaseHTTPRequestHandler):
+    server: AnswerLosingProxy
+
+    def forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "content-length", "connection"}}
+        url = self.server.upstream + self.path
+        answer = requests.request(self.command, url, data=body, headers=headers, timeout=60)
+        if self.command == "POST" and self.path.endswith("/uploads"):
+            self.server.session_keys.append(self.headers.get("Idempotency-Key"))
+            if len(self.server.session_keys) == 1:
+                self.close_connection = True  # the service acted; the caller never hears
+                return
+        self.send_response(answer.status_code)
+        for name, value in answer.headers.items():
+            if name.lower() not in {"content-length", "content-encoding", "transfer-encoding", "connection"}:
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_POST = do_PUT = do_DELETE = forward
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def tenant_used_bytes(cli: Cli) -> int:
+    answer = requests.get(f"{cli.stack.api}/v1/usage", headers={"Authorization": f"Bearer {cli.token()}"}, timeout=30)
+    answer.raise_for_status()
+    return int(answer.json()["usedBytes"])
+
+
+def test_a_publish_whose_session_answer_is_lost_retries_into_the_same_session(cli: Cli, tmp_path: Path) -> None:
+    # Given the same package published by two tenants: one directly, one through a proxy that loses the answer to
+    # the first upload-session request
+    folder = write_skill(tmp_path / "weather-skill")
+    direct = Cli(cli.stack, f"{cli.tenant}-direct")
+    assert direct("publish", str(folder), "-p", "weather-skill", "--version", "1.0.0").code == 0
+    proxy = AnswerLosingProxy(cli.stack.api)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        # When the CLI publishes through it
+        published = Cli(cli.stack, cli.tenant, endpoint=proxy.url)(
+            "publish", str(folder), "-p", "weather-skill", "--version", "1.0.0"
+        )
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+    # Then it retried with the same Idempotency-Key, got the session it had already created, and published: the
+    # tenant holds exactly what the direct publisher holds (no second session keeping a reservation until it expires)
+    assert published.code == 0, published.output
+    assert len(proxy.session_keys) == 2 and proxy.session_keys[0] and proxy.session_keys[0] == proxy.session_keys[1]
+    assert tenant_used_bytes(cli) == tenant_used_bytes(direct) > 0
