@@ -12,7 +12,9 @@ asserts nothing.
    for (S3 objects, DynamoDB items, Step Functions executions with their histories: counts and their deep size in
    the stack process, ``devstack/memory.py``, asked for with SIGUSR1). Target: flat, i.e. no growth beyond the
    stored data (a local stack keeps in memory everything it is sent; that part grows with use by design, and is
-   printed as such). Before issue 11 a few hundred publishes grew it by about 2.7 GB.
+   printed as such). Each reading waits (up to 30 s) for the stack's threads to fall back to what they were before
+   the soak: a client has its answer a state or two before its execution ends. Before issue 11 a few hundred
+   publishes grew it by about 2.7 GB.
 3. Load: ``--clients`` clients (default 16), each cycling install → update → uninstall on its own installation for
    ``--seconds`` (default 60): operations/s, p50/p99 of admission (the PUT/DELETE answer) and of the whole lifecycle
    (PUT/DELETE to settled), errors (target 0).
@@ -96,6 +98,28 @@ Reading = tuple[str, float, float, dict[str, Any] | None]
 """(label, RSS MiB, seconds since the start, the stack's memory report)."""
 
 
+def steady_threads(stack: StackProcess, timeout: float = 30.0) -> int:
+    """The stack's thread count once it has stopped changing for a second (the stack between requests)."""
+    deadline = time.monotonic() + timeout
+    count: int = stack.threads()
+    since = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < 1.0:
+        time.sleep(0.1)
+        now: int = stack.threads()
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
+def wait_for_threads(stack: StackProcess, idle: int, timeout: float = 30.0) -> None:
+    """Let executions whose clients already have their answer run their last states (a client sees ``published``
+    or ``settled`` a state or two before its execution ends, and moto runs each execution on threads of its own):
+    every reading then finds the stack as the first one did, between requests, and compares like with like."""
+    deadline = time.monotonic() + timeout
+    while stack.threads() > idle and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def soak(stack: StackProcess, publishes: int, installs: int) -> list[Reading]:
     local = threading.local()
 
@@ -114,10 +138,12 @@ def soak(stack: StackProcess, publishes: int, installs: int) -> list[Reading]:
         client().settle(workspace, client().change("PUT", workspace, f"inst-{i % 50}", body))
 
     readings: list[Reading] = []
+    idle_threads = steady_threads(stack)
     started = time.perf_counter()
 
     def reading(label: str) -> None:
         elapsed = time.perf_counter() - started  # the report walks moto's state: not part of the run's time
+        wait_for_threads(stack, idle_threads)
         report = stack.memory_report()
         readings.append((label, report["rssMiB"] if report else stack.rss_mib(), elapsed, report))
 

@@ -22,6 +22,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "shared")]
 
+from devstack.process import STRIPPED_PREFIXES, stack_environment, start_stack, stop_stack  # noqa: E402
 from packyard_cli import tokens  # noqa: E402
 from packyard_cli.build import BuiltPackage  # noqa: E402
 
@@ -43,32 +44,12 @@ class StackProcess:
 
     @classmethod
     def start(cls, state_dir: Path) -> StackProcess:
-        """``packyard local`` on ports the OS picks; ready once its state file names this process."""
-        state_dir.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_", "POWERTOOLS_"))}
-        env.update(PYTHONPATH=os.pathsep.join([str(ROOT / "shared"), str(ROOT)]), PACKYARD_LOCAL_DIR=str(state_dir))
+        """``packyard local`` on ports the OS picks (``devstack.process``), its log in the state dir."""
         log = state_dir / "local.log"
-        with log.open("wb") as sink:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "packyard_cli", "local", "--api-port", "0", "--aws-port", "0"],
-                cwd=ROOT,
-                env=env,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"packyard local exited with {process.returncode}:\n{log.read_text()}")
-            try:
-                state = json.loads((state_dir / "local.json").read_text("utf-8"))
-            except (OSError, ValueError):
-                state = {}
-            if state.get("pid") == process.pid:
-                return cls(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
-            time.sleep(0.05)
-        process.kill()
-        raise RuntimeError(f"packyard local did not start in {START_TIMEOUT}s:\n{log.read_text()}")
+        # nor the benchmarks' own Powertools settings (bench_cold_start's quiet defaults)
+        env = stack_environment({"PACKYARD_LOCAL_DIR": str(state_dir)}, strip=(*STRIPPED_PREFIXES, "POWERTOOLS_"))
+        process, state = start_stack(state_dir, log, env=env, timeout=START_TIMEOUT)
+        return cls(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
 
     def rss_mib(self) -> float:
         """The stack process's resident set size now (VmRSS), in MiB."""
@@ -95,13 +76,7 @@ class StackProcess:
         return None
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_stack(self.process)
 
 
 @dataclass

@@ -12,11 +12,9 @@ rollback and uninstall. Each step states the exit code it expects; the demo exit
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,6 +25,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+
+from devstack.process import start_stack, stop_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 console = Console(highlight=False)
@@ -124,41 +124,6 @@ def _install_routes_served() -> bool:
 
     served = {(r.method, re.sub(r"\{[^}]+\}", "{}", r.path)) for r in template_routes()}
     return INSTALL_ROUTES.issubset(served)
-
-
-def start_stack(state_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    """``packyard local`` in a subprocess on free ports; returns it with its state (``api``, ``aws``, …) once up."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_"))}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "shared"), str(ROOT)])
-    command = [sys.executable, "-m", "packyard_cli", "--state-dir", str(state_dir), "local"]
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [*command, "--api-port", "0", "--aws-port", "0"], cwd=ROOT, env=env, stdout=sink, stderr=subprocess.STDOUT
-        )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the local stack exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            state = json.loads((state_dir / "local.json").read_text("utf-8"))
-        except (OSError, ValueError):
-            state = {}
-        if state.get("pid") == process.pid:
-            return process, state
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"the local stack did not start:\n{log.read_text()}")
-
-
-def stop_stack(process: subprocess.Popen[bytes]) -> int:
-    if process.poll() is None:
-        process.send_signal(signal.SIGINT)  # what Ctrl-C sends
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    return process.returncode
 
 
 def publishing(j: Journey) -> None:

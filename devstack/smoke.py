@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devstack.demo import start_stack, stop_stack
+from devstack.process import start_stack, stop_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 EXIT_REFUSED, EXIT_NOT_FOUND, EXIT_UNAUTHORIZED = 3, 6, 7

@@ -7,12 +7,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from devstack import process as stack_process
 
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 60.0
@@ -62,40 +63,12 @@ class CliResult:
 
 def start_stack(state_dir: Path, log: Path, *extra: str) -> Stack:
     """``packyard local`` on ports chosen by the OS; ready when its local.json names this process."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "packyard_cli", "local", "--api-port", "0", "--aws-port", "0", *extra],
-            cwd=ROOT,
-            env=base_env(state_dir),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
-    deadline = time.monotonic() + START_TIMEOUT
-    state_file = state_dir / "local.json"
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"packyard local exited with {process.returncode}:\n{log.read_text()}")
-        try:
-            state = json.loads(state_file.read_text("utf-8"))
-        except (OSError, ValueError):
-            state = {}
-        if state.get("pid") == process.pid:
-            return Stack(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
-        time.sleep(0.05)
-    process.kill()
-    raise RuntimeError(f"packyard local did not start in {START_TIMEOUT}s:\n{log.read_text()}")
+    process, state = stack_process.start_stack(state_dir, log, *extra, env=base_env(state_dir), timeout=START_TIMEOUT)
+    return Stack(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
 
 
 def stop_stack(stack: Stack, sig: int = signal.SIGINT, timeout: float = 15.0) -> int:
-    if stack.process.poll() is None:
-        stack.process.send_signal(sig)
-        try:
-            stack.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            stack.process.kill()
-            stack.process.wait()
-    return stack.process.returncode
+    return stack_process.stop_stack(stack.process, sig, timeout)
 
 
 @contextmanager
