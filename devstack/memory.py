@@ -199,7 +199,7 @@ def unstored_objects(seen: set[int], limit: int = 15) -> list[dict[str, Any]]:
     largest count first: a type that grows here from report to report is held by something other than the data."""
     counts: dict[str, list[int]] = {}
     for obj in gc.get_objects():
-        if id(obj) in seen or isinstance(obj, _SKIP):
+        if obj is seen or id(obj) in seen or isinstance(obj, _SKIP):  # nor the walk's own bookkeeping
             continue
         entry = counts.setdefault(type(obj).__qualname__, [0, 0])
         entry[0] += 1
