@@ -62,7 +62,7 @@ class StackProcess:
         return len(os.listdir(f"/proc/{self.process.pid}/task"))
 
     def memory_report(self, timeout: float = 300.0) -> dict[str, Any] | None:
-        """What the stack's memory holds (``devstack.memory.report``: RSS, threads, moto's stored data), which it
+        """What the stack's memory holds (``devstack.memory.write_report``: RSS, threads, moto's stored data), which it
         writes to its state dir on SIGUSR1; None if it does not answer in time."""
         path = self.state_dir / "memory.json"
         path.unlink(missing_ok=True)

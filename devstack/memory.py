@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import signal
 import sys
 import threading
 import types
@@ -249,7 +250,7 @@ def process_figures() -> dict[str, Any]:
 def stored_figures() -> dict[str, Any]:
     """Each service's stored data (counts, deep size), the objects the collector tracks, and those of them the
     stored data does not reach. Walking allocates a set of every object's id: tens of MiB at a few hundred thousand
-    objects, which is why :func:`write_report` walks in a forked copy of the process."""
+    objects, which is why :func:`write_report` walks in a forked copy of the process (on Linux)."""
     seen: set[int] = set()
     stored: dict[str, Any] = {}
     for name, measure in (("s3", _s3), ("dynamodb", _dynamodb), ("stepfunctions", _stepfunctions)):
@@ -263,14 +264,6 @@ def stored_figures() -> dict[str, Any]:
         "stored": stored,
         "unstoredObjects": unstored_objects(seen),
     }
-
-
-def report() -> dict[str, Any]:
-    """RSS, threads, and each service's stored data: counts and deep size in MiB (and, when tracing allocations,
-    where they grew since the previous report), all measured in this process. The process's figures come first, so
-    the walk's own bookkeeping is not in them; it is in the heap afterwards (see :func:`write_report`)."""
-    process = process_figures()
-    return {**process, **stored_figures(), "tracedGrowth": traced_growth()}
 
 
 WALK_TIMEOUT_SECONDS = 300.0
@@ -310,7 +303,7 @@ def _stored_in_child(out: Path) -> dict[str, Any]:
         if done:
             break
         if time.monotonic() > deadline:
-            os.kill(pid, 9)
+            os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return {"stored": {"error": f"the walk did not finish in {WALK_TIMEOUT_SECONDS:.0f} s"}, "storedMiB": 0}
         time.sleep(0.05)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,11 +19,9 @@ START_TIMEOUT = 60.0
 
 
 def base_env(state_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PACKYARD_", "AWS_", "MOTO_"))}
-    env.update(
+    """The stack's environment (``devstack.process``), for the stack and the CLI: plain, wide, unbuffered output."""
+    return stack_process.stack_environment(
         {
-            # works with or without the editable install of the project
-            "PYTHONPATH": os.pathsep.join([str(ROOT / "shared"), str(ROOT)]),
             "PACKYARD_LOCAL_DIR": str(state_dir),
             "COLUMNS": "200",
             "NO_COLOR": "1",
@@ -32,7 +29,6 @@ def base_env(state_dir: Path) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
-    return env
 
 
 @dataclass

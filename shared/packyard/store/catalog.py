@@ -19,10 +19,10 @@ from typing import Any
 
 from packyard.errors import ClaimLost, NotFound, QuotaExceeded
 from packyard.publishing.models import Package, Release, ReleaseStatus, Upload, UploadState
-from packyard.store import due, dynamo
+from packyard.store import counters, due, dynamo
 from packyard.store.counters import usage_key
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
-from packyard.store.records import BlobRecord, UsageLedger
+from packyard.store.records import BlobRecord
 
 # Settled sessions carry the TTL attribute (``retain_until``, decided by the domain) so GET /v1/uploads/{id} works
 # for a while. Live sessions never carry it: expiry must go through settle (it returns the reservation), never a
@@ -204,7 +204,7 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> bool:
             old = cancelled.old_item(1)
             raise QuotaExceeded(
                 f"reserving {n} bytes would exceed the tenant quota of {quota_bytes} bytes",
-                usedBytes=from_item(UsageLedger, old).used_bytes if old else 0,
+                usedBytes=counters.used_bytes(old),
                 limitBytes=quota_bytes,
                 requestedBytes=n,
             ) from cancelled

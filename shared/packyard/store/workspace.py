@@ -388,6 +388,8 @@ def commit(
     workspace's referenced bytes and the releases the installation starts (``holds``: package, version, strict) and
     stops (``let_go``) holding, in one transaction. A strict hold of a release that gave its blobs back cancels it
     (``release_unavailable``)."""
+    from packyard.store import reclaims
+
     ipk, isk = installation_key(plan.tenant, plan.workspace, plan.installation_id)
     put_installation: dict[str, Any] = {"TableName": table_name(), "Item": to_item(ipk, isk, plan)}
     if baseline_version is None:
@@ -407,7 +409,6 @@ def commit(
     if bytes_change is not None and bytes_change[0] != 0:
         items.append(counters.bytes_change(plan.tenant, plan.workspace, *bytes_change))
     quota_end = len(items)
-    from packyard.store import reclaims
 
     def holder(package: str, version: str) -> ReleaseHolder:
         return ReleaseHolder(
