@@ -25,6 +25,8 @@ class ArchiveRejectCode(StrEnum):
     TOO_LARGE = "too_large"
     COMPRESSION_RATIO = "compression_ratio"
     CORRUPT_ARCHIVE = "corrupt_archive"
+    AMBIGUOUS_HEADER = "ambiguous_header"
+    """A tar header feature extractors read differently (docs/decisions.md, "One reading per archive")."""
 
 
 class PackyardError(Exception):

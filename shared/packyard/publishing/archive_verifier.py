@@ -65,7 +65,8 @@ _RAW_DEFLATE = -15  # the libraries inflate raw deflate; the gzip header and tra
 _FHCRC, _FEXTRA, _FNAME, _FCOMMENT, _FRESERVED = 0x02, 0x04, 0x08, 0x10, 0xE0
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
-_REGULAR = (b"0", b"\0", b"7")
+_REGULAR = (b"0", b"\0")
+_CONTIGUOUS = b"7"  # GNU tar warns "Extracting contiguous files as regular files": not every reader is silent
 _DIRECTORY = b"5"
 _LINKS = {b"1": "hard link", b"2": "symbolic link"}
 _SPECIAL = {
@@ -79,6 +80,8 @@ _SPECIAL = {
 }
 _PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK = b"x", b"g", b"L", b"K"
 _METADATA = (_PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK)
+_MAGIC_POSIX, _MAGIC_GNU, _MAGIC_V7 = b"ustar\x0000", b"ustar  \x00", b"\0" * 8
+_ZEROS = bytes(_BLOCK)
 
 C = ArchiveRejectCode
 
@@ -488,11 +491,10 @@ def _nts(field: bytes) -> bytes:
 
 
 def _number(field: bytes, what: str) -> int:
-    """A numeric header field: octal ASCII (NUL/space padded) or GNU base-256 (positive only)."""
+    """A numeric header field: octal ASCII, NUL/space padded. GNU base-256 is refused (``AMBIGUOUS_HEADER``): no
+    size or mode below our limits needs it, and readers disagree on its negative and oversized forms."""
     if field[0] & 0x80:
-        if field[0] == 0x80:
-            return int.from_bytes(field[1:], "big")
-        raise _corrupt(f"negative {what} in tar header")
+        raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"base-256 {what} in a tar header (octal is the canonical form)")
     digits = _nts(field).strip(b" ")
     if not digits:
         return 0
@@ -507,6 +509,17 @@ def _byte_sum(data: bytes) -> int:
     return (zlib.adler32(data[:256]) & 0xFFFF) + (zlib.adler32(data[256:]) & 0xFFFF) - 2
 
 
+def _header_form(magic: bytes) -> str:
+    if magic == _MAGIC_POSIX:
+        return "a POSIX ustar header with bytes after its prefix field (star's layout: readers split it differently)"
+    if magic in (_MAGIC_GNU, _MAGIC_V7):
+        kind = "GNU" if magic == _MAGIC_GNU else "V7"
+        return (
+            f"a {kind} header with bytes in the ustar prefix area (tarfile prepends them to the name, GNU tar does not)"
+        )
+    return f"tar header magic {magic!r} is none of POSIX ustar, GNU or V7"
+
+
 def _check_checksum(block: bytes) -> None:
     stored = _number(block[148:156], "checksum")
     unsigned = _byte_sum(block) - sum(block[148:156]) + 8 * 0x20
@@ -518,8 +531,25 @@ def _check_checksum(block: bytes) -> None:
         raise _corrupt("tar header checksum mismatch")
 
 
+_PAX_NUMBER = re.compile(rb"[0-9]{1,18}")
+_PAX_TIME = re.compile(rb"-?[0-9]{1,18}(\.[0-9]{1,9})?")
+_PAX_HARMLESS = {
+    "mtime": _PAX_TIME,
+    "atime": _PAX_TIME,
+    "ctime": _PAX_TIME,
+    "uid": _PAX_NUMBER,
+    "gid": _PAX_NUMBER,
+    "uname": None,
+    "gname": None,
+    "comment": None,
+}
+"""pax keys every reader reads alike and that change nothing extracted but times and owners (validated so that no
+reader warns); ``path`` and ``size`` are also accepted in a member's own header, nothing else anywhere."""
+
+
 def _parse_pax(data: bytes) -> dict[str, bytes]:
-    """pax extended header records: ``"<length> <key>=<value>\\n"``, length counting the whole record."""
+    """pax extended header records: ``"<length> <key>=<value>\\n"``, length counting the whole record. A key given
+    twice is ``AMBIGUOUS_HEADER`` (readers keep one or the other)."""
     records: dict[str, bytes] = {}
     pos, size = 0, len(data)
     while pos < size:
@@ -538,11 +568,36 @@ def _parse_pax(data: bytes) -> dict[str, bytes]:
         if not equals or not key:
             raise _corrupt("malformed pax record")
         try:
-            records[key.decode("utf-8")] = value
+            name = key.decode("utf-8")
         except UnicodeDecodeError:
             raise _corrupt(f"pax record key {key!r} is not UTF-8") from None
+        if name in records:
+            raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"pax record {name!r} given twice in one header")
+        records[name] = value
         pos = end
     return records
+
+
+def _pax_problem(records: dict[str, bytes], *, local: bool) -> str | None:
+    """Why some reader would read these pax records differently from another, or None. ``GNU.sparse.*`` is left to
+    the member check (a sparse file is a ``SPECIAL_FILE``)."""
+    for key, value in records.items():
+        if key.startswith("GNU.sparse."):
+            continue
+        if local and key in ("path", "size"):
+            pattern = _PAX_NUMBER if key == "size" else None
+        elif key in _PAX_HARMLESS:
+            pattern = _PAX_HARMLESS[key]
+        else:
+            where = "pax" if local else "pax global"
+            return f"{where} record {key[:60]!r} (extractors apply it differently or not at all)"
+        if not value:
+            return f"empty pax record {key!r} (an unset: readers fall back to different fields)"
+        if b"\0" in value:
+            return f"pax record {key!r} holds a NUL byte (C readers cut the value there, tarfile does not)"
+        if pattern is not None and not pattern.fullmatch(value):
+            return f"pax record {key!r} is not a number ({value[:40]!r}); readers read it differently"
+    return None
 
 
 class _TarWalker:
@@ -567,8 +622,13 @@ class _TarWalker:
         self._metadata_headers = 0
         self._metadata_total = 0
         self._pax_global: dict[str, bytes] = {}
-        self._pax_local: dict[str, bytes] = {}
+        self._pax_local: dict[str, bytes] | None = None  # None: no pax header before the member to come
         self._longname: bytes | None = None
+        self._ambiguity: str | None = None  # found in the extended headers of the member to come
+        self._manifest_dirs = {path.rpartition("/")[0] for path in self._expected} - {""}
+        for parent in list(self._manifest_dirs):
+            while (parent := parent.rpartition("/")[0]) and parent not in self._manifest_dirs:
+                self._manifest_dirs.add(parent)
         self._end_padding = 0
         self.members = 0
         self.files = 0
@@ -625,6 +685,9 @@ class _TarWalker:
                 return
 
     def finish(self) -> None:
+        if self._state == _END and self._end_padding < _BLOCK:
+            # GNU tar warns "A lone zero block"; the end of an archive is two zero blocks
+            raise _corrupt("tar stream ends after one zero block: the end-of-archive marker is two")
         if self._state != _END:
             if self._state == _DATA and self._current is not None:
                 raise _corrupt(f"tar stream ends inside member {show_path(self._current.path)}")
@@ -642,38 +705,61 @@ class _TarWalker:
     # Headers ------------------------------------------------------------------------------------------------------
 
     def _on_header(self, block: bytes) -> None:
-        if block.count(0) == _BLOCK:
+        if block == _ZEROS:
             if self._metadata_headers:
                 raise _corrupt("end-of-archive block right after an extended header")
+            if self._ambiguity:
+                raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"at the end of the archive: {self._ambiguity}")
             self._state = _END
             return
         _check_checksum(block)
         typeflag = block[156:157]
         size = _number(block[124:136], "size")
+        magic = block[257:265]
+        if magic == _MAGIC_POSIX:
+            prefix = _nts(block[345:500])
+            odd = block[500:512] != _ZEROS[:12]  # star keeps times there and GNU tar then reads a shorter prefix
+        else:
+            # tarfile honours the ustar prefix whatever the magic; GNU tar and bsdtar read it only for POSIX magic
+            prefix = b""
+            odd = magic not in (_MAGIC_GNU, _MAGIC_V7) or block[345:512] != _ZEROS[:167]
+            odd = odd or (magic == _MAGIC_V7 and block[265:345] != _ZEROS[:80])
         if typeflag in _METADATA:
+            if odd:
+                raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"extended header {typeflag!r}: {_header_form(magic)}")
             self._start_metadata(typeflag, size)
             return
 
         self._metadata_headers = 0
         pax = self._pax_global
-        if self._pax_local:
-            pax = {**pax, **self._pax_local}
-            pax = {key: value for key, value in pax.items() if value}  # an empty local value unsets a global one
-            self._pax_local = {}
+        local = self._pax_local
+        if local is not None:
+            pax = {**pax, **local}
+            self._pax_local = None
+        else:
+            local = {}
         raw_name = _nts(block[0:100])
-        if block[257:265] == b"ustar\x0000":
-            prefix = _nts(block[345:500])
-            if prefix:
-                raw_name = prefix + b"/" + raw_name
-        if self._longname is not None:
-            raw_name, self._longname = self._longname, None
+        if prefix:
+            raw_name = prefix + b"/" + raw_name
+        longname, self._longname = self._longname, None
+        if longname is not None:
+            raw_name = longname
         if "path" in pax:
             raw_name = pax["path"]
-        if "size" in pax:
-            size_text = pax["size"]
-            if not size_text.isdigit():
-                raise _corrupt(f"invalid pax size {size_text[:40]!r}")
-            size = int(size_text)
+        ambiguity, self._ambiguity = self._ambiguity, None
+        if ambiguity:
+            pass
+        elif odd:
+            ambiguity = _header_form(magic)
+        elif "size" in local and int(local["size"]) != size:
+            ambiguity = f"pax size {int(local['size'])} contradicts the header's size {size}"
+        elif typeflag == _CONTIGUOUS:
+            ambiguity = "a contiguous-file entry (type 7): GNU tar extracts it with a warning"
+        elif typeflag == b"0" and raw_name.endswith(b"/"):
+            ambiguity = "a regular-file entry whose name ends in '/' (some readers make it a directory)"
+        if ambiguity:
+            shown = raw_name[:200].decode("utf-8", "backslashreplace")
+            raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"member {shown!r}: {ambiguity}")
         if pax and any(key.startswith("GNU.sparse.") for key in pax):
             typeflag = b"S"
         mode = _number(block[100:108], "mode") & 0o7777
@@ -697,18 +783,37 @@ class _TarWalker:
             self._on_metadata(b"")
 
     def _on_metadata(self, data: bytes) -> None:
+        # One member's extended headers: at most one GNU long name or one pax header, never both, no GNU long link
+        # name, and a global header only before them. Readers resolve every other sequence differently (tarfile
+        # lets a long name beat a pax path, GNU tar the other way round), so any other is refused at the member.
         kind = self._metadata_type
+        pending = self._longname is not None or self._pax_local is not None
+        problem: str | None = None
         if kind == _PAX_LOCAL:
-            self._pax_local.update(_parse_pax(data))
+            records = _parse_pax(data)
+            if pending:
+                problem = "more than one extended header (GNU long name or pax) before one member"
+            else:
+                problem = _pax_problem(records, local=True)
+            self._pax_local = records
         elif kind == _PAX_GLOBAL:
-            for key, value in _parse_pax(data).items():
-                if value:
-                    self._pax_global[key] = value
-                else:
-                    self._pax_global.pop(key, None)
+            records = _parse_pax(data)
+            if pending:
+                problem = "a pax global header between a member's extended headers and the member"
+            else:
+                problem = _pax_problem(records, local=False)
+            self._pax_global.update(records)
         elif kind == _GNU_LONGNAME:
-            self._longname = _nts(data)
-        # _GNU_LONGLINK names a link target; the link itself is refused when its header arrives.
+            name = _nts(data)
+            if pending:
+                problem = "more than one extended header (GNU long name or pax) before one member"
+            elif not name or data.count(0, len(name)) != len(data) - len(name):
+                problem = "a GNU long name that is empty or has bytes after its terminating NUL"
+            self._longname = name
+        else:
+            problem = "a GNU long link name (type K): links are not allowed and readers apply it differently"
+        if problem and not self._ambiguity:
+            self._ambiguity = problem
         self._after_data(len(data))
 
     # Members ------------------------------------------------------------------------------------------------------
@@ -754,6 +859,11 @@ class _TarWalker:
         if is_dir:
             self._check_empty_directory(path, size)
             self._check_directory_against_files(path, key)
+            if path not in self._manifest_dirs:
+                # every reader would create it: something on disk the manifest does not list
+                raise ArchiveRejected(
+                    C.UNEXPECTED_FILE, f"directory {show_path(path)}: no file of the manifest is under it"
+                )
             self._state = _HEADER
             return
 
