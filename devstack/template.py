@@ -167,9 +167,37 @@ class _Resolver:
                 return self.get_att(arg, where)
             if key == "Fn::Sub":
                 return self.sub(arg, where)
+            if key == "Fn::If":
+                condition, if_true, if_false = arg
+                return self.resolve(if_true if self.condition(condition, where) else if_false, where)
             if key.startswith("Fn::") or key == "Condition":
                 raise UnsupportedTemplateError(f"{where}: intrinsic {key} is not supported by the local stack")
-        return {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+        resolved = {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
+        # a property whose value is AWS::NoValue is absent, as CloudFormation removes it
+        return {k: v for k, v in resolved.items() if not (v is None and isinstance(value[k], dict))}
+
+    def condition(self, name: str, where: str) -> bool:
+        """A named condition of the template's ``Conditions``, evaluated with the stack's parameters."""
+        declared = self.template.get("Conditions", {})
+        if name not in declared:
+            raise UnsupportedTemplateError(f"{where}: condition {name} is not declared")
+        return self._truth(declared[name], f"Conditions.{name}")
+
+    def _truth(self, value: Any, where: str) -> bool:
+        if isinstance(value, dict) and len(value) == 1:
+            (key, arg), *_ = value.items()
+            if key == "Condition":
+                return self.condition(arg, where)
+            if key == "Fn::Equals":
+                left, right = (str(self.resolve(v, where)) for v in arg)
+                return left == right
+            if key == "Fn::Not":
+                return not self._truth(arg[0], where)
+            if key == "Fn::And":
+                return all(self._truth(v, where) for v in arg)
+            if key == "Fn::Or":
+                return any(self._truth(v, where) for v in arg)
+        raise UnsupportedTemplateError(f"{where}: condition function {value!r} is not supported by the local stack")
 
     def ref(self, name: str, where: str) -> Any:
         if name in self.pseudo:
