@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo smoke serve openapi test test-fast fuzz lint format bench validate clean invoke events build deploy
+.PHONY: help demo smoke serve openapi test test-fast fuzz readers lint format bench validate clean invoke events build deploy
 
 help:
 	@echo "make demo      the CLI journey against the local stack (publish, rejection, installs), no AWS account"
@@ -14,7 +14,7 @@ help:
 	@echo "make serve     the local stack on 127.0.0.1 (API :8787, moto :4566); Ctrl-C stops it"
 	@echo "make openapi   regenerate docs/openapi.json from the handlers"
 	@echo "make test      unit + integration (+ e2e) tests"
-	@echo "make fuzz      a longer schemathesis campaign over the whole OpenAPI (FUZZ_EXAMPLES per operation, FUZZ_SEED)"
+	@echo "make fuzz      longer campaigns: tar streams against four readers (TAR_EXAMPLES), schemathesis (FUZZ_EXAMPLES, FUZZ_SEED)"
 	@echo "make bench     print benchmark figures"
 	@echo "make lint      ruff + mypy"
 	@echo "make validate  cfn-lint, sam validate --lint and checkov on template.yaml"
@@ -51,8 +51,19 @@ serve: $(STAMP)
 openapi: $(STAMP)
 	$(BIN)/python -m devstack.openapi --write
 
+# The second readers of archives the differential tests hold the verifier against (tests/unit/test_tar_readers.py):
+# GNU tar and libarchive's bsdtar, from Debian's packages. bsdtar is pinned to the libarchive the machine already has
+# (its only dependency, same source package), else to bookworm's; without root the tests fail saying what is missing.
+LIBARCHIVE_VERSION ?= $(or $(shell dpkg-query -W -f='$${Version}' libarchive13 2>/dev/null),3.6.2-1+deb12u5)
+readers:
+	@if command -v bsdtar >/dev/null && tar --version 2>/dev/null | grep -q 'GNU tar'; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make readers: GNU tar and bsdtar are needed (Debian: apt-get install tar libarchive-tools)" >&2; exit 0; fi; \
+	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	  tar libarchive-tools=$(LIBARCHIVE_VERSION) >/dev/null
+
 # the IAM test expands template.yaml with aws-sam-cli's translator, which lives in .venv-sam (its pins differ)
-test: $(STAMP) $(SAM_VENV)/.installed
+test: $(STAMP) $(SAM_VENV)/.installed readers
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 test-fast: $(STAMP)
@@ -61,7 +72,11 @@ test-fast: $(STAMP)
 # the fuzz test of make test (tests/e2e/test_fuzz.py), longer: schemathesis' coverage phase (boundary and negative
 # cases) and FUZZ_EXAMPLES generated requests per operation, with the same checks; FUZZ_SEED=N for another sequence
 FUZZ_EXAMPLES ?= 300
-fuzz: $(STAMP)
+# and the differential tar campaign: TAR_EXAMPLES generated tar streams through the verifier and all four readers
+TAR_EXAMPLES ?= 5000
+fuzz: $(STAMP) readers
+	PACKYARD_TAR_EXAMPLES=$(TAR_EXAMPLES) $(if $(FUZZ_SEED),PACKYARD_TAR_SEED=$(FUZZ_SEED)) \
+	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/unit/test_tar_readers.py -k generated
 	FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) FUZZ_COVERAGE=1 $(if $(FUZZ_SEED),FUZZ_SEED=$(FUZZ_SEED)) \
 	  $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_fuzz.py
 

@@ -311,9 +311,13 @@ def test_directory_carrying_data_is_corrupt() -> None:
 )
 def test_same_path_twice_or_case_fold_collision_is_duplicate(first: str, second: str) -> None:
     # Given two entries a case-insensitive file system would merge
+    # (a directory entry needs a manifest file under it: an empty directory is an unexpected entry of its own)
     kind = {True: tarfile.DIRTYPE, False: tarfile.REGTYPE}
     members = [M(name, b"", kind=kind[name.endswith("/")]) for name in (first, second)]
     files = {name.removeprefix("./"): b"" for name in (first, second) if not name.endswith("/")}
+    if first.endswith("/"):
+        files = {first + "inside": b"", **files}
+        members.append(M(first + "inside", b""))
     # When verified, Then DUPLICATE_ENTRY
     assert rejection(targz(members), manifest(dict(list(files.items())[:1]))).sub_code == C.DUPLICATE_ENTRY
 
@@ -363,9 +367,9 @@ def test_member_content_differing_from_manifest_is_digest_mismatch() -> None:
 
 def test_more_members_than_max_files_counting_directories_is_too_many_files() -> None:
     # Given 2 files and 2 directories and a limit of 3
-    raw = targz([M("d1/", kind=tarfile.DIRTYPE), M("d2/", kind=tarfile.DIRTYPE), M("a", b"a"), M("b", b"b")])
+    raw = targz([M("d1/", kind=tarfile.DIRTYPE), M("d2/", kind=tarfile.DIRTYPE), M("d1/a", b"a"), M("d2/b", b"b")])
     # When verified, Then TOO_MANY_FILES
-    expected = manifest({"a": b"a", "b": b"b"})
+    expected = manifest({"d1/a": b"a", "d2/b": b"b"})
     assert rejection(raw, expected, limits=Limits(max_files=3)).sub_code == C.TOO_MANY_FILES
     # And with a limit of 4 it passes
     assert verify(raw, expected, limits=Limits(max_files=4)).file_count == 2

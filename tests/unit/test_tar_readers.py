@@ -228,7 +228,7 @@ def test_gnu_long_link_is_ambiguous() -> None:
     [
         [(b"path", b"SKILL.md"), (b"path", b"evil.sh")],
         [(b"linkpath", b"evil.sh")],
-        [(b"hdrcharset", b"BINARY")],
+        [(b"hdrcharset", b"ISO-8859-1")],
         [(b"SCHILY.xattr.security.capability", b"\x01\x00\x00\x02")],
         [(b"LIBARCHIVE.symlinktype", b"dir")],
         [(b"vendor.unknown", b"1")],

@@ -533,6 +533,7 @@ def _check_checksum(block: bytes) -> None:
 
 _PAX_NUMBER = re.compile(rb"[0-9]{1,18}")
 _PAX_TIME = re.compile(rb"-?[0-9]{1,18}(\.[0-9]{1,9})?")
+_PAX_CHARSET = re.compile(rb"BINARY|ISO-IR 10646 2000 UTF-8")
 _PAX_HARMLESS = {
     "mtime": _PAX_TIME,
     "atime": _PAX_TIME,
@@ -586,6 +587,10 @@ def _pax_problem(records: dict[str, bytes], *, local: bool) -> str | None:
             continue
         if local and key in ("path", "size"):
             pattern = _PAX_NUMBER if key == "size" else None
+        elif local and key == "hdrcharset":
+            # tarfile writes BINARY for a name that is not UTF-8; either value leaves a UTF-8 path's bytes alone,
+            # and a name that is not UTF-8 is refused as UNSAFE_PATH
+            pattern = _PAX_CHARSET
         elif key in _PAX_HARMLESS:
             pattern = _PAX_HARMLESS[key]
         else:
