@@ -345,16 +345,17 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
 
 
 def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
-    """The integrity scrub a scrub interval later: healthy blobs re-hashed, a missing one marks its release
-    unavailable and the installation of it needing attention."""
+    """The integrity scrub a scrub interval later: healthy blobs re-hashed, missing ones (the archive and the
+    manifest) mark their release unavailable and the installation of it needing attention; the catalogue reads the
+    missing manifest as absent (a 404, which S3 answers only to a role allowed s3:ListBucket: else 403, a 500)."""
     ws = "ws-iam-scrub"
     published = acme.publish("scrubbed", "1.0.0", _v(b"to rot\n"))
     assert acme.wait_settled(ws, acme.install(ws, "scrubbed", "scrubbed", "1.0.0", key="k-scrub"))["outcome"] == {
         "result": "succeeded"
     }
-    boto3.client("s3", region_name=stack.region).delete_object(
-        Bucket=stack.bucket_name, Key=f"blobs/{TENANT}/sha256/{published['archive']['sha256']}"
-    )
+    s3 = boto3.client("s3", region_name=stack.region)
+    for digest in (published["archive"]["sha256"], published["manifestDigest"]):
+        s3.delete_object(Bucket=stack.bucket_name, Key=f"blobs/{TENANT}/sha256/{digest}")
 
     run_maintenance(stack, clock.now() + 8 * 24 * HOUR)
 
