@@ -363,6 +363,33 @@ def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/scrubbed"), 200)["status"] == "needs_attention"
 
 
+def manifest_reads(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
+    """A manifest gone from storage, found by the version route, the resolved view and planning (each hash-checks
+    it before use): the release is marked unavailable and its installation needing attention at once."""
+    ws = "ws-iam-manifests"
+    s3 = boto3.client("s3", region_name=stack.region)
+    digests = {}
+    for name in ("read", "resolved", "planned"):
+        digests[name] = acme.publish(f"m-{name}", "1.0.0", build_from_files({"SKILL.md": name.encode()}))[
+            "manifestDigest"
+        ]
+        settled = acme.wait_settled(ws, acme.install(ws, f"m-{name}", f"m-{name}", "1.0.0", key=f"k-m-{name}"))
+        assert settled["outcome"] == {"result": "succeeded"}
+
+    def lose(name: str) -> None:
+        s3.delete_object(Bucket=stack.bucket_name, Key=f"blobs/{TENANT}/sha256/{digests[name]}")
+
+    lose("read")
+    assert _ok(acme.get("/v1/packages/m-read/versions/1.0.0"), 200)["status"] == "unavailable"
+    lose("resolved")
+    resolved = _ok(acme.get(f"/v1/workspaces/{ws}/resolved"), 200)
+    assert [entry["installationId"] for entry in resolved["items"]] == ["m-planned"]
+    lose("planned")
+    refused = acme.wait_settled(ws, acme.install(ws, "m-planned-2", "m-planned", "1.0.0", key="k-m-planned-2"))
+    assert refused["outcome"]["code"] == "release_unavailable"
+    assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/m-planned"), 200)["status"] == "needs_attention"
+
+
 JOURNEYS: list[Callable[[devstack.Stack, Caller, pytest.MonkeyPatch], None]] = [
     publishing,
     installations,
@@ -370,6 +397,7 @@ JOURNEYS: list[Callable[[devstack.Stack, Caller, pytest.MonkeyPatch], None]] = [
     recovery,
     sweeps,
     scrub,
+    manifest_reads,
 ]
 
 

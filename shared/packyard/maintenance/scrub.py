@@ -28,7 +28,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from packyard.config import limits
 from packyard.errors import ClaimLost
 from packyard.observability import logger, metrics
-from packyard.store import blobs, catalog, workspace
+from packyard.store import blobs, catalog, reclaims, workspace
 from packyard.store.records import BlobRecord
 
 HOLDERS_PAGE = 100
@@ -59,7 +59,35 @@ def check_blob(blob: BlobRecord, now: int) -> str:
         catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=False)
         return "healthy"
     problem = "missing" if found is None else "corrupt"
-    releases, installations = _mark_unusable(tenant, blob, now)
+    _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by="scrub")
+    catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
+    return problem if blob.corrupt_at is None else f"still_{problem}"
+
+
+def found_unusable(
+    tenant: str, sha256: str, now: int, *, found: tuple[str, int] | None, release: tuple[str, str], found_by: str
+) -> None:
+    """A read outside the scrub (a manifest served, planned or resolved) found a blob missing or not matching its
+    digest: mark exactly as the scrub would, at once. Its releases (the record's, and ``release`` the reader was
+    reading, so a record older than the scrub still marks that one) become ``unavailable``, their active
+    installations ``needs_attention``; the record gets ``corruptAt`` (kept if set: the scrub's next check then
+    reports it ``still_…``, and a later publish of the same bytes knows to replace the object). ``found``: the
+    digest and length read, None when the object is missing. A crash midway leaves the rest to the next read or the
+    scrub; each mark is conditional, so marking twice changes nothing."""
+    records = reclaims.read_blobs(tenant, [sha256])
+    blob = records.get(sha256)
+    if blob is None:  # no record (reclaimed, or never counted): the release alone is marked
+        blob = BlobRecord(sha256=sha256, size=found[1] if found else 0, created_at=now, tenant=tenant)
+    blob = blob.model_copy(update={"tenant": tenant, "releases": blob.releases | {f"{release[0]}@{release[1]}"}})
+    problem = "missing" if found is None else "corrupt"
+    _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by=found_by)
+    if sha256 in records:
+        catalog.record_blob_corrupt(tenant, sha256, now)
+
+
+def _report(
+    blob: BlobRecord, problem: str, found: tuple[str, int] | None, releases: int, installations: int, *, found_by: str
+) -> None:
     if blob.corrupt_at is None:
         metrics.add_metric(name="BlobsCorrupt", unit=MetricUnit.Count, value=1)
     logger.error(
@@ -67,6 +95,7 @@ def check_blob(blob: BlobRecord, now: int) -> str:
         extra={
             "sha256": blob.sha256,
             "problem": problem,
+            "foundBy": found_by,
             "expected": {"size": blob.size},
             "found": {"size": found[1]} if found else None,
             "releasesMarked": releases,
@@ -74,8 +103,6 @@ def check_blob(blob: BlobRecord, now: int) -> str:
             "firstFound": blob.corrupt_at is None,
         },
     )
-    catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
-    return problem if blob.corrupt_at is None else f"still_{problem}"
 
 
 def _mark_unusable(tenant: str, blob: BlobRecord, now: int) -> tuple[int, int]:

@@ -28,6 +28,7 @@ from packyard.operations.models import (
 )
 from packyard.operations.targets import checked_target
 from packyard.operations.timing import lease_until
+from packyard.publishing import integrity
 from packyard.store import workspace
 
 
@@ -148,6 +149,10 @@ def plan_task(
         raise ClaimLost(f"operation {operation_id} is {op.state}, not admitted")
     now = clock.now()
     op = checked_target(op, target_release)
+    if op.target is not None and op.kind not in (OperationKind.UNINSTALL, OperationKind.ARCHIVE):
+        # the stored manifest of what will become active is checked before the plan is fixed: one altered in
+        # storage makes the release unavailable now (refused release_unavailable), not a week later
+        integrity.require_manifest(tenant, op.target, found_by="planning")
     plan = compute_plan(op, operation_id, now)
     if op.plan is not None and not op.plan.same_content(plan):
         raise StaleAuthority(f"operation {operation_id}: the re-computed plan differs from the recorded one")

@@ -11,8 +11,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard import clock
 from packyard.config import limits
-from packyard.errors import ReleaseUnavailable, StoredItemInvalid
+from packyard.errors import ReleaseUnavailable
 from packyard.observability import logger, metrics, tracer
+from packyard.publishing import integrity
 from packyard.publishing.models import (
     ArchiveLink,
     Package,
@@ -48,14 +49,17 @@ def get_version(tenant: str, package: str, version: str) -> tuple[Release, dict[
     release = catalog.get_release(tenant, check_package_name(package), check_version(version))
     if release.blobs_released_at is not None:
         return release, {}  # yanked, nothing held it, and its stored bytes were reclaimed
-    raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest))
-    if release.status is ReleaseStatus.UNAVAILABLE and (
-        raw is None or hashlib.sha256(raw).hexdigest() != release.manifest_digest
-    ):
+    if release.status is ReleaseStatus.UNAVAILABLE:
         # its stored bytes failed an integrity check: the manifest is shown only if it still reads as published
-        return release, {}
-    if raw is None:
-        raise StoredItemInvalid(f"manifest blob of {package}@{version} is missing")
+        raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest), at_most=release.manifest_size)
+        if raw is None or hashlib.sha256(raw).hexdigest() != release.manifest_digest:
+            return release, {}
+    else:
+        checked = integrity.read_manifest(tenant, release, found_by="version_route")
+        if checked is None:
+            # missing or altered in storage: now unavailable, answered as an unavailable release is (no manifest)
+            return release.model_copy(update={"status": ReleaseStatus.UNAVAILABLE}), {}
+        raw = checked
     manifest: dict[str, Any] = json.loads(raw)
     return release, manifest
 

@@ -16,7 +16,7 @@ from packyard.observability import logger, metrics, tracer
 from packyard.publishing.manifest import parse_manifest, unpacked_size
 from packyard.publishing.models import ArchiveSource, Release, ReleaseStatus, Upload, UploadState
 from packyard.publishing.uploads import retained_until
-from packyard.publishing.verification import claimed
+from packyard.publishing.verification import STAGED_MANIFEST_ALTERED, claimed, staged_manifest_matches
 from packyard.store import blobs, catalog, reclaims
 from packyard.store.records import BlobRecord
 
@@ -119,13 +119,18 @@ def _blob_records(upload: Upload) -> tuple[dict[str, int], list[BlobRecord], boo
 def _manifest_bytes(upload: Upload) -> bytes:
     """The canonical manifest: staged by the session, or (a previous attempt published the blob and lost the staging
     object since) the blob."""
-    staged = blobs.read_bytes(blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token))
-    if staged is not None:
-        return staged
-    stored = blobs.read_bytes(blobs.blob_key(upload.tenant, upload.manifest_digest))
-    if stored is None:
+    staged = blobs.read_bytes(
+        blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token), at_most=upload.manifest_size
+    )
+    if staged is None:
+        staged = blobs.read_bytes(blobs.blob_key(upload.tenant, upload.manifest_digest), at_most=upload.manifest_size)
+    if staged is None:
         raise ArchiveRejected(ArchiveRejectCode.CORRUPT_ARCHIVE, "staged manifest vanished before publish")
-    return stored
+    # re-hashed here too: what is written as the manifest blob (and read back by every reader) is exactly the
+    # manifest the session declared, whatever happened to the staged object after verification
+    if not staged_manifest_matches(upload, staged):
+        raise ArchiveRejected(ArchiveRejectCode.DIGEST_MISMATCH, STAGED_MANIFEST_ALTERED)
+    return staged
 
 
 def _store_blobs(upload: Upload, verified: dict[str, Any], manifest_bytes: bytes, wanted: set[str]) -> None:

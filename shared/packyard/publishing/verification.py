@@ -3,6 +3,7 @@ manifest. Never trusts the client's checksum. Returns a verdict; a Choice state 
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
@@ -36,6 +37,8 @@ def verify(tenant: str, upload_id: str, token: str) -> dict[str, Any]:
     raw_manifest = blobs.read_bytes(blobs.staged_manifest_key(tenant, upload_id, token))
     if raw_manifest is None:
         return _verdict_rejected(ArchiveRejected(ArchiveRejectCode.CORRUPT_ARCHIVE, "staged manifest is missing"))
+    if not staged_manifest_matches(upload, raw_manifest):
+        return _verdict_rejected(ArchiveRejected(ArchiveRejectCode.DIGEST_MISMATCH, STAGED_MANIFEST_ALTERED))
     manifest = parse_manifest(raw_manifest, bounds)
     key = archive_key(upload)
     opened = blobs.open_stream(key)
@@ -63,6 +66,15 @@ def verify(tenant: str, upload_id: str, token: str) -> dict[str, Any]:
         "unpackedSize": verified.unpacked_size,
         "fileCount": verified.file_count,
     }
+
+
+STAGED_MANIFEST_ALTERED = "the staged manifest's sha256 differs from the session's manifestDigest"
+
+
+def staged_manifest_matches(upload: Upload, raw: bytes) -> bool:
+    """The manifest bytes read back are the canonical manifest the session declared (its ``manifestDigest``):
+    S3's upload checksum is not trusted to have caught a change (and moto does not check it)."""
+    return len(raw) == upload.manifest_size and hashlib.sha256(raw).hexdigest() == upload.manifest_digest
 
 
 def _verdict_rejected(rejected: ArchiveRejected) -> dict[str, Any]:

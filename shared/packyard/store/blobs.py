@@ -71,9 +71,15 @@ def put_bytes(key: str, data: bytes, sha256_hex: str, *, if_absent: bool = False
     return True
 
 
-def read_bytes(key: str) -> bytes | None:
+def read_bytes(key: str, *, at_most: int | None = None) -> bytes | None:
+    """The object's bytes, or None when it does not exist. With ``at_most``, no more than ``at_most + 1`` bytes are
+    read (a longer answer says the object is longer than expected, without holding all of it)."""
     try:
-        data: bytes = _s3().get_object(Bucket=bucket(), Key=key)["Body"].read()
+        body = _s3().get_object(Bucket=bucket(), Key=key)["Body"]
+        try:
+            data: bytes = body.read() if at_most is None else body.read(at_most + 1)
+        finally:
+            body.close()
         return data
     except Exception as exc:
         if error_code(exc) in ("NoSuchKey", "404"):

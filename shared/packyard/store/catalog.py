@@ -473,12 +473,26 @@ def record_blob_check(blob: BlobRecord, *, now: int, next_check_at: int, corrupt
         raise ClaimLost(f"blob {blob.sha256} changed since it was found due")
 
 
+def record_blob_corrupt(tenant: str, sha256: str, now: int) -> None:
+    """A read outside the scrub found the blob's object missing or altered: ``corruptAt`` (the first time is kept).
+    Its due time is left to the scrub (its next check reports the blob ``still_…``)."""
+    pk, sk = blob_key(tenant, sha256)
+    dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": "SET corruptAt = if_not_exists(corruptAt, :now)",
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeValues": marshal({":now": now}),
+        }
+    )
+
+
 def postpone_upload_check(upload: Upload, check_by: int) -> None:
     """A verifying session whose execution still runs: look again at ``check_by`` (fenced by state and token)."""
     due_at = due.attributes(due.DueKind.UPLOAD, upload.upload_id, check_by)
     item = _fenced_upload_update(upload, "SET #at = :at", {":at": due_at[due.AT_ATTRIBUTE]}, {"#at": due.AT_ATTRIBUTE})
     try:
-        transact([item])
+        transact([item], step="upload.postpone_check")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
 

@@ -13,6 +13,7 @@ from packyard.installations.models import (
     check_workspace_id,
 )
 from packyard.operations.models import Operation
+from packyard.publishing import integrity
 from packyard.store import blobs, consent, workspace
 from packyard.workspaces.models import Resolved, ResolvedEntry
 
@@ -44,10 +45,14 @@ def get_operation(tenant: str, workspace_id: str, operation_id: str) -> Operatio
 
 
 def resolved(tenant: str, workspace_id: str) -> Resolved:
-    """Active installations with the digests to verify, their grants and short-lived download URLs."""
+    """Active installations with the digests to verify, their grants and short-lived download URLs. Each manifest
+    is hash-checked before its URL is handed out (once per digest): one missing or altered in storage makes its
+    release unavailable and its installations ``needs_attention`` at once, so they are left out, as the scrub
+    would leave them out."""
     check_workspace_id(workspace_id)
     ttl = limits().download_url_ttl_seconds
     entries: list[ResolvedEntry] = []
+    intact: dict[str, bool] = {}
     cursor = None
     while True:
         page, cursor = workspace.list_installations(tenant, workspace_id, limit=MAX_PAGE, cursor=cursor)
@@ -55,6 +60,10 @@ def resolved(tenant: str, workspace_id: str) -> Resolved:
             if inst.status is not InstallationStatus.ACTIVE or inst.release is None:
                 continue
             release = inst.release
+            if release.manifest_digest not in intact:
+                intact[release.manifest_digest] = integrity.manifest_intact(tenant, release, found_by="resolved")
+            if not intact[release.manifest_digest]:
+                continue
             entries.append(
                 ResolvedEntry(
                     installation=inst,

@@ -1,0 +1,58 @@
+"""Stored manifests are checked on every read, not only by the weekly scrub.
+
+A release's manifest blob holds the files, their digests and the permissions a runtime grants. Every reader that
+uses one (the version route, planning, the resolved view) first compares the stored bytes' sha256 with the
+release's ``manifestDigest``. A missing or altered object makes the release ``unavailable`` at once, exactly as the
+integrity scrub would a week later (``scrub.found_unusable``: the same marking code), and the caller gets the answer
+of an unavailable release; the altered bytes are never served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from packyard import clock
+from packyard.config import limits
+from packyard.errors import ReleaseUnavailable
+from packyard.installations.models import ReleaseRef
+from packyard.maintenance import scrub
+from packyard.publishing.models import Release
+from packyard.store import blobs
+
+
+def read_manifest(tenant: str, release: Release, *, found_by: str) -> bytes | None:
+    """The release's canonical manifest as stored, once its sha256 equals ``manifestDigest``; None when it is
+    missing or altered (the release and its installations are then marked as the scrub marks them)."""
+    raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest), at_most=release.manifest_size)
+    if raw is not None and hashlib.sha256(raw).hexdigest() == release.manifest_digest:
+        return raw
+    found = None if raw is None else (hashlib.sha256(raw).hexdigest(), len(raw))
+    scrub.found_unusable(
+        tenant,
+        release.manifest_digest,
+        clock.now(),
+        found=found,
+        release=(release.package, release.version),
+        found_by=found_by,
+    )
+    return None
+
+
+def manifest_intact(tenant: str, ref: ReleaseRef, *, found_by: str) -> bool:
+    """The pinned release's stored manifest hashes to its ``manifestDigest`` (streamed, nothing kept); when it does
+    not, it is marked as the scrub marks it and False is answered."""
+    found = blobs.sha256_of(blobs.blob_key(tenant, ref.manifest_digest), stop_after=limits().manifest_max_bytes)
+    if found is not None and found[0] == ref.manifest_digest:
+        return True
+    scrub.found_unusable(
+        tenant, ref.manifest_digest, clock.now(), found=found, release=(ref.package, ref.version), found_by=found_by
+    )
+    return False
+
+
+def require_manifest(tenant: str, ref: ReleaseRef, *, found_by: str) -> None:
+    """``manifest_intact`` or ``ReleaseUnavailable`` (what an operation on an unavailable release is refused)."""
+    if not manifest_intact(tenant, ref, found_by=found_by):
+        raise ReleaseUnavailable(
+            f"{ref.package}@{ref.version} is unavailable: its stored manifest does not match its digest"
+        )
