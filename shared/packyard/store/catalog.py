@@ -492,7 +492,7 @@ def postpone_upload_check(upload: Upload, check_by: int) -> None:
     due_at = due.attributes(due.DueKind.UPLOAD, upload.upload_id, check_by)
     item = _fenced_upload_update(upload, "SET #at = :at", {":at": due_at[due.AT_ATTRIBUTE]}, {"#at": due.AT_ATTRIBUTE})
     try:
-        transact([item], step="upload.postpone_check")
+        transact([item])
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
 
