@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from packyard.errors import IdempotencyKeyRequired, InvalidRequest, VersionConflict
 
 MAX_IDEMPOTENCY_KEY = 255
+_STRONG_VERSION_TAG = re.compile(r'"([0-9]+)"', re.ASCII)
 
 
 def check_idempotency_key(value: str | None) -> str:
@@ -30,10 +32,12 @@ def parse_if_match(value: str | None) -> int | None:
     if raw.startswith("W/"):
         # RFC 9110: If-Match compares strongly, and a weak entity tag never matches
         raise VersionConflict(f'If-Match {value!r} is a weak entity tag, which never matches; send "<version>"')
-    raw = raw.strip('"')
-    if not (raw.isascii() and raw.isdigit()):
-        raise InvalidRequest(f'If-Match must be an installation version such as "3", got {value!r}')
-    return int(raw)
+    # RFC 9110 8.8.3: entity-tag = [ "W/" ] DQUOTE *etagc DQUOTE. Exactly one strong tag, the quotes included: an
+    # unquoted 3, an unbalanced "3 or doubled ""3"" is not an entity tag (400), never a match
+    matched = _STRONG_VERSION_TAG.fullmatch(raw)
+    if matched is None:
+        raise InvalidRequest(f'If-Match must be an installation version in quotes such as "3", got {value!r}')
+    return int(matched.group(1))
 
 
 def operation_id_for(tenant: str, workspace_id: str, key: str) -> str:
