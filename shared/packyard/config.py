@@ -9,7 +9,7 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -28,13 +28,16 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    manifest_max_bytes: int = Field(default=1 * MiB, gt=0)
+    # follows from max_files, max_path_length and max_unpacked_bytes unless set (``manifest_bytes_needed``)
+    manifest_max_bytes: int = Field(default=0, gt=0)
     max_files: int = Field(default=10_000, gt=0)
     max_unpacked_bytes: int = Field(default=512 * MiB, gt=0)
     max_archive_bytes: int = Field(default=256 * MiB, gt=0)
     max_compression_ratio: float = Field(default=50.0, gt=1)
     compression_ratio_floor_bytes: int = Field(default=64 * MiB, ge=0)
-    max_path_length: int = Field(default=512, gt=0)
+    # UTF-8 bytes; ustar's own ceiling (155-byte prefix, '/', 100-byte name), and what lets 10,000 such paths
+    # travel in one create-session request under Lambda's 6 MB payload (docs/architecture.md, section 5.2)
+    max_path_length: int = Field(default=256, gt=0)
     verify_time_limit_seconds: float = Field(default=600.0, gt=0)
     upload_ttl_seconds: int = Field(default=600, gt=0)
     # a verifying session still holds its reservation this long; then a sweep looks at its execution
@@ -62,6 +65,36 @@ class Limits(BaseModel):
     sweep_max_attempts: int = Field(default=8, gt=0, le=64)
     # a claimed cleanup job is hidden from other sweeps this long (longer than the sweeper's timeout, 300 s)
     job_claim_seconds: int = Field(default=900, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _manifest_limit_follows_the_file_limit(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("manifest_max_bytes") is None:
+            fields = cls.model_fields
+
+            def value(name: str) -> int:
+                return int(data.get(name, fields[name].default))
+
+            needed = manifest_bytes_needed(value("max_files"), value("max_path_length"), value("max_unpacked_bytes"))
+            data = {**data, "manifest_max_bytes": needed}
+        return data
+
+
+# Everything in a manifest but its file list: the envelope, permissions and metadata (their own bounds are
+# smaller). The 1 MiB that was the whole manifest limit before, so no manifest accepted then is refused now.
+MANIFEST_OTHER_BYTES = 1 * MiB
+
+
+def manifest_entry_bytes(max_path_length: int, max_unpacked_bytes: int) -> int:
+    """The longest canonical file entry (with its separating comma): the largest mode (0o777 = 511), a path of
+    ``max_path_length`` UTF-8 bytes that JSON need not escape, a size of as many digits as ``max_unpacked_bytes``."""
+    entry = '{"mode":511,"path":"","sha256":"' + "0" * 64 + '","size":' + str(max_unpacked_bytes) + "},"
+    return len(entry) + max_path_length
+
+
+def manifest_bytes_needed(max_files: int, max_path_length: int, max_unpacked_bytes: int) -> int:
+    """The manifest byte limit that lets ``max_files`` files at the longest paths (with mode) fit."""
+    return max_files * manifest_entry_bytes(max_path_length, max_unpacked_bytes) + MANIFEST_OTHER_BYTES
 
 
 class Settings(BaseModel):

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from packyard.config import Limits
+from packyard.config import MANIFEST_OTHER_BYTES, Limits, manifest_bytes_needed, manifest_entry_bytes
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest
 from packyard.publishing.manifest import (
     Manifest,
@@ -197,6 +197,94 @@ def test_too_many_files_is_refused_and_the_limit_itself_is_fine() -> None:
     assert rejected(doc(*files), Limits(max_files=2)).sub_code == ArchiveRejectCode.TOO_MANY_FILES
     # And with a limit of three they pass
     assert len(parse_manifest(doc(*files), Limits(max_files=3)).files) == 3
+
+
+def longest_entries(count: int, limits: Limits = LIMITS) -> list[dict[str, Any]]:
+    """``count`` distinct files at the longest allowed path, the largest mode and a size of the most digits."""
+    return [
+        entry(f"d{index:05d}/" + "x" * (limits.max_path_length - 7), size=limits.max_unpacked_bytes, mode=0o777)
+        for index in range(count)
+    ]
+
+
+def test_the_manifest_byte_limit_fits_the_file_limit_at_the_longest_paths() -> None:
+    # Given the default limits and max_files entries, each at the longest allowed path, with mode and the longest size
+    files = longest_entries(LIMITS.max_files)
+    document = doc(*files)
+    # Then each canonical entry is as long as manifest_entry_bytes says (the arithmetic is exact, not a guess)
+    assert (
+        len(canonical_json(files))
+        == len(files) * manifest_entry_bytes(LIMITS.max_path_length, LIMITS.max_unpacked_bytes) + 1
+    )  # the list's brackets, less the last entry's comma
+    # And the default byte limit is that much plus the room kept for everything else
+    assert (
+        LIMITS.manifest_max_bytes
+        == len(files) * manifest_entry_bytes(LIMITS.max_path_length, LIMITS.max_unpacked_bytes) + MANIFEST_OTHER_BYTES
+    )
+    # And the size check is passed (the unpacked total is the next rule, not the manifest's bytes)
+    assert len(canonical_json(document)) <= LIMITS.manifest_max_bytes
+    assert rejected(document).sub_code == ArchiveRejectCode.TOO_LARGE
+    assert "files add up to" in rejected(document).detail
+
+
+def test_ten_thousand_files_at_the_longest_paths_parse_with_the_default_limits() -> None:
+    # Given 10,000 one-byte files at 256-byte paths, with mode (as the CLI writes them)
+    files = [entry(f["path"], size=1, mode=0o644) for f in longest_entries(10_000)]
+    # When parsed as bytes (as verification and publication read the staged manifest), Then all are accepted
+    assert len(parse_manifest(canonical_json(doc(*files)), LIMITS).files) == 10_000
+
+
+def test_a_django_sized_sdist_manifest_fits() -> None:
+    # Given the shape of Django 4.2.7's sdist: 6,713 files, mode on each, paths of 58 bytes on average, 1,131,717
+    # canonical bytes (refused too_large by the 1 MiB limit before)
+    files = [
+        entry(f"Django-4.2.7/django/{index:05d}/" + "m" * 25 + ".py", size=4096, mode=0o644) for index in range(6713)
+    ]
+    raw = canonical_json(doc(*files))
+    assert len(raw) > 1024 * 1024
+    # Then it parses with the default limits
+    assert len(parse_manifest(raw, LIMITS).files) == 6713
+
+
+@pytest.mark.parametrize("as_bytes", [True, False], ids=["bytes", "dict"])
+def test_a_manifest_over_both_limits_is_refused_naming_the_file_limit(as_bytes: bool) -> None:
+    # Given max_files + 1 files at the longest paths, with a byte limit that only max_files of them fit
+    limits = Limits(max_files=50)
+    document = doc(*longest_entries(51, limits))
+    raw: Any = canonical_json(document) if as_bytes else document
+    assert len(canonical_json(document)) > limits.manifest_max_bytes - MANIFEST_OTHER_BYTES
+    limits = Limits(max_files=50, manifest_max_bytes=len(canonical_json(document)) - 1)
+    # When parsed, Then the answer is the file count, the limit actually exceeded, and its detail names it
+    error = rejected(raw, limits)
+    assert error.sub_code == ArchiveRejectCode.TOO_MANY_FILES
+    assert error.detail == "manifest lists 51 files, limit is 50 files"
+
+
+def test_one_file_past_the_default_file_limit_is_too_many_files() -> None:
+    # Given 10,001 files at the longest paths (the bytes of 10,000 plus one entry)
+    raw = canonical_json(doc(*longest_entries(LIMITS.max_files + 1)))
+    # Then the refusal names the file limit
+    error = rejected(raw)
+    assert error.sub_code == ArchiveRejectCode.TOO_MANY_FILES
+    assert error.detail == f"manifest lists {LIMITS.max_files + 1} files, limit is {LIMITS.max_files} files"
+
+
+def test_an_oversized_manifest_within_the_file_limit_is_too_large() -> None:
+    # Given few files but more bytes than the limit (long metadata)
+    document = doc(entry("a"), metadata={"k": "v" * 200})
+    error = rejected(canonical_json(document), Limits(manifest_max_bytes=100))
+    # Then the byte limit is named
+    assert error.sub_code == ArchiveRejectCode.TOO_LARGE
+    assert "limit is 100" in error.detail
+
+
+def test_the_byte_limit_follows_overridden_file_and_path_limits() -> None:
+    # Given other file and path limits, Then the default byte limit moves with them; an explicit one is kept
+    assert Limits(max_files=20_000).manifest_max_bytes == manifest_bytes_needed(
+        20_000, 256, Limits().max_unpacked_bytes
+    )
+    assert Limits(max_path_length=100).manifest_max_bytes < LIMITS.manifest_max_bytes
+    assert Limits(manifest_max_bytes=1234).manifest_max_bytes == 1234
 
 
 def test_sum_of_sizes_over_unpacked_limit_is_too_large() -> None:

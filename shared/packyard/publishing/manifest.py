@@ -181,7 +181,9 @@ def fold_path(path: str) -> str:
 def parse_manifest(raw: bytes | str | dict[str, Any], limits: Limits) -> Manifest:
     """Parse and check a manifest. Checks run in this order, the first failure is raised:
 
-    1. size of the raw JSON (canonical bytes for a dict) > ``manifest_max_bytes`` → ``ArchiveRejected(TOO_LARGE)``
+    1. size of the raw JSON (canonical bytes for a dict) > ``manifest_max_bytes`` → ``ArchiveRejected(TOO_LARGE)``,
+       unless its ``files`` list is longer than ``max_files``: then ``TOO_MANY_FILES``, the limit actually exceeded
+       (the byte limit follows from the file limit, so a manifest over both is over because of its file count)
     2. malformed JSON, wrong types, missing or unknown fields → ``InvalidRequest`` (detail names the field location)
     3. more than ``max_files`` files → ``ArchiveRejected(TOO_MANY_FILES)``
     4. each path, in the listed order, against ``check_path`` → ``ArchiveRejected(UNSAFE_PATH)``
@@ -191,6 +193,7 @@ def parse_manifest(raw: bytes | str | dict[str, Any], limits: Limits) -> Manifes
     """
     size = _raw_size(raw)
     if size > limits.manifest_max_bytes:
+        _check_file_count(_listed_files(raw, size, limits), limits)
         raise ArchiveRejected(
             ArchiveRejectCode.TOO_LARGE, f"manifest is {size} bytes, limit is {limits.manifest_max_bytes}"
         )
@@ -199,10 +202,7 @@ def parse_manifest(raw: bytes | str | dict[str, Any], limits: Limits) -> Manifes
     except ValidationError as exc:
         raise _invalid_manifest(exc) from None
 
-    if len(manifest.files) > limits.max_files:
-        raise ArchiveRejected(
-            ArchiveRejectCode.TOO_MANY_FILES, f"manifest lists {len(manifest.files)} files, limit is {limits.max_files}"
-        )
+    _check_file_count(len(manifest.files), limits)
     for entry in manifest.files:
         check_path(entry.path, limits)
     _check_unique(entry.path for entry in manifest.files)
@@ -212,6 +212,32 @@ def parse_manifest(raw: bytes | str | dict[str, Any], limits: Limits) -> Manifes
             ArchiveRejectCode.TOO_LARGE, f"files add up to {total} bytes, limit is {limits.max_unpacked_bytes}"
         )
     return manifest
+
+
+def _check_file_count(count: int, limits: Limits) -> None:
+    if count > limits.max_files:
+        raise ArchiveRejected(
+            ArchiveRejectCode.TOO_MANY_FILES, f"manifest lists {count} files, limit is {limits.max_files} files"
+        )
+
+
+# An oversized manifest is read as JSON only to count its files up to this multiple of the byte limit (a request
+# body is at most 10 MB anyway); past it the byte limit is the answer without looking inside.
+_COUNT_FILES_UP_TO = 4
+
+
+def _listed_files(raw: bytes | str | dict[str, Any], size: int, limits: Limits) -> int:
+    """How many entries an oversized manifest's ``files`` list has (0 when it cannot tell)."""
+    document: Any = raw
+    if not isinstance(raw, dict):
+        if size > _COUNT_FILES_UP_TO * limits.manifest_max_bytes:
+            return 0
+        try:
+            document = json.loads(raw)
+        except (ValueError, RecursionError):
+            return 0
+    files = document.get("files") if isinstance(document, dict) else None
+    return len(files) if isinstance(files, list) else 0
 
 
 def _raw_size(raw: bytes | str | dict[str, Any]) -> int:
