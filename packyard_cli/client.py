@@ -176,7 +176,12 @@ class Client:
             send_headers["Idempotency-Key"] = idempotency_key
         data = None
         if body is not None:
-            data = json.dumps(body).encode()
+            # compact UTF-8, as the service measures a manifest: \u escapes and spaces would make the body of a
+            # 10,000-file manifest up to twice its canonical size (the request must fit Lambda's 6 MB payload)
+            try:
+                data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate (a name not in UTF-8): sent escaped, the service names it
+                data = json.dumps(body, separators=(",", ":")).encode()
             send_headers["Content-Type"] = "application/json"
         url = f"{self.endpoint}{path}"
         response = self._send(method, url, data=data, params=params, headers=send_headers)

@@ -68,9 +68,17 @@ def test_retries_keep_the_same_idempotency_key_and_back_off() -> None:
     # Then all three attempts carried the same key and body, with exponential backoff between them
     assert reply.status == 202 and reply.body == {"operationId": "op-1"}
     assert [sent["headers"]["Idempotency-Key"] for sent in session.sent] == ["key-1"] * 3
-    assert {sent["data"] for sent in session.sent} == {b'{"a": 1}'}
+    assert {sent["data"] for sent in session.sent} == {b'{"a":1}'}
     assert all(sent["headers"]["Authorization"] == "Bearer tok" for sent in session.sent)
     assert sleeps == [0.25, 0.5]
+
+
+def test_bodies_are_sent_as_compact_utf8() -> None:
+    # Given a body with a non-ASCII path (a manifest is measured by the service as compact UTF-8)
+    session = FakeSession(response(201, {"ok": True}))
+    # When sent, Then it is compact UTF-8, not \u escapes (which would be up to six bytes for one character)
+    client(session, []).request("POST", "/v1/x", body={"path": "é/日本.md"})
+    assert session.sent[0]["data"] == '{"path":"é/日本.md"}'.encode()
 
 
 def test_retry_after_is_honoured_for_429() -> None:
