@@ -7,6 +7,7 @@ each of which carries its own status and stable code).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 from urllib.parse import unquote
@@ -25,6 +26,8 @@ from packyard.errors import InvalidRequest, NotFound, PackyardError, Unsupported
 from packyard.observability import logger
 
 PROBLEM_JSON = "application/problem+json"
+# C0 controls, DEL and C1 controls (after percent-decoding)
+_CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def problem_response(error: PackyardError, headers: dict[str, str] | None = None) -> Response[str]:
@@ -117,11 +120,26 @@ def serve(app: APIGatewayHttpResolver, event: dict[str, Any], context: Any) -> d
     raw_path = event.get("rawPath")
     if isinstance(raw_path, str) and "%" in raw_path:
         event = {**event, "rawPath": unquote(raw_path)}
+    path = event.get("rawPath")
+    if isinstance(path, str) and _CONTROL_CHARACTER.search(path):
+        # before routing: a route pattern ending in ``$`` matches before a trailing newline, so ``…/pkg%0A`` would
+        # reach the installation ``pkg``; no id, name or version holds a control character
+        refused = InvalidRequest("the path holds a control character")
+        return {
+            "statusCode": refused.status,
+            "headers": {"Content-Type": PROBLEM_JSON},
+            "body": json.dumps(refused.problem()),
+        }
     headers = event.get("headers") or {}
-    media_type = str(headers.get("content-type", "")).split(";")[0].strip().lower()
+    content_type = str(headers.get("content-type", ""))
+    media_type, separator, parameters = content_type.partition(";")
+    media_type = media_type.strip().lower()  # RFC 9110 8.3.1: type and subtype are case-insensitive
     if event.get("body") and media_type and media_type != "application/json" and not media_type.endswith("+json"):
         # bodies are JSON only: Powertools would try to parse forms and multipart (and fail on a missing boundary);
         # an unknown type makes it refuse with 415, answered as problem+json once the caller is authorized
         event = {**event, "headers": {**headers, "content-type": "application/x-packyard-refused"}}
+    elif media_type:
+        # Powertools compares the media type case-sensitively: hand it the lower-case form (parameters kept)
+        event = {**event, "headers": {**headers, "content-type": media_type + separator + parameters}}
     answer: dict[str, Any] = app.resolve(event, context)
     return answer
