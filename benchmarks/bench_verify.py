@@ -12,7 +12,9 @@ memory. Prints figures with their targets; asserts nothing.
     are available), the same on one thread and on zlib, and two plain baselines that do only
     "read + sha256 of the compressed bytes + gunzip + sha256 of the decompressed bytes": the standard library's
     (zlib) and the fastest available (ISA-L's inflate when importable).
-    Targets: verify >= 1.5x the standard library's baseline, and >= 0.9x the fastest plain baseline.
+    A third baseline is the bound for this machine: the fastest inflate alone on one thread, the sha256 of both
+    streams on the second core. Targets: verify >= 1.5x the standard library's baseline, >= 0.9x the fastest plain
+    baseline, and >= 0.9x the bound on both kinds of content.
 (b) Peak memory: verify a 5 MiB-unpacked and a 512 MiB-unpacked package as deployed, each streamed from a temp file in
     its own child process; each child reports its own peak RSS. Target: difference <= 64 MiB.
 """
@@ -26,12 +28,14 @@ import io
 import json
 import math
 import os
+import queue
 import random
 import resource
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -57,6 +61,9 @@ MEMORY_SMALL_UNPACKED = 5 * MiB
 MEMORY_LARGE_UNPACKED = 512 * MiB
 RUNS = 3
 STDLIB_TARGET, FASTEST_TARGET, MEMORY_TARGET_MIB = 1.5, 0.9, 64
+BOUND_TARGET = 0.9
+BOUND_FLOOR = {"low-redundancy": 1.0, "source": 0.7}
+"""Issue 19's figures before the canonical-tar policy: verify as a share of the inflate bound, per content kind."""
 _POOL_SIZE = 8 * MiB
 
 
@@ -170,6 +177,28 @@ def plain_baseline(raw: bytes, backend: InflateBackend) -> tuple[str, str]:
     return compressed.hexdigest(), decompressed.hexdigest()
 
 
+def inflate_bound(raw: bytes, backend: InflateBackend) -> tuple[str, str]:
+    """The bound for this machine (issue 19): inflate alone on this thread, sha256 of both streams on a second one
+    (hashlib and the inflaters release the GIL), the most any one-pass verifier with two cores could overlap."""
+    pieces: queue.Queue[tuple[bytes, bytes] | None] = queue.Queue(maxsize=4)
+    compressed, decompressed = hashlib.sha256(), hashlib.sha256()
+
+    def hash_both() -> None:
+        while (piece := pieces.get()) is not None:
+            compressed.update(piece[0])
+            decompressed.update(piece[1])
+
+    hasher = threading.Thread(target=hash_both)
+    hasher.start()
+    stream = io.BytesIO(raw)
+    inflater = backend.decompressobj(31)
+    while chunk := stream.read(READ_CHUNK):
+        pieces.put((chunk, inflater.decompress(chunk)))
+    pieces.put(None)
+    hasher.join()
+    return compressed.hexdigest(), decompressed.hexdigest()
+
+
 def _timed(fn: Callable[[], object]) -> float:
     started = time.perf_counter()
     fn()
@@ -202,6 +231,7 @@ def throughput(kind: str, unpacked: int) -> dict[str, Any]:
     }
     if ISAL is not None:
         contenders["plain: ISA-L gunzip + sha256"] = lambda: plain_baseline(raw, ISAL)
+    contenders[f"bound: {fastest.name} inflate, sha256 on core 2"] = lambda: inflate_bound(raw, fastest)
     for run in contenders.values():
         run()  # warm-up, and proof each passes
     best = {name: float("inf") for name in contenders}
@@ -210,6 +240,8 @@ def throughput(kind: str, unpacked: int) -> dict[str, Any]:
             best[name] = min(best[name], _timed(run))
     stdlib = best["plain: stdlib zlib gunzip + sha256"]
     fastest_plain = min(seconds for name, seconds in best.items() if name.startswith("plain"))
+    # the bound is the fastest way measured to do the work every verifier must (the two-core split, or one thread)
+    bound = min(fastest_plain, *(seconds for name, seconds in best.items() if name.startswith("bound")))
     fastest_name = min((seconds, name) for name, seconds in best.items() if name.startswith("plain"))[1]
     deployed = best["verify_archive (as deployed)"]
     return {
@@ -220,6 +252,7 @@ def throughput(kind: str, unpacked: int) -> dict[str, Any]:
         "seconds": best,
         "vs_stdlib": stdlib / deployed,
         "vs_fastest": fastest_plain / deployed,
+        "vs_bound": bound / deployed,
         "fastest_plain": fastest_name,
         "compressed_bytes": len(raw),
     }
@@ -321,6 +354,11 @@ def print_report(results: list[dict[str, Any]], memory: dict[str, dict[str, floa
         print(
             f"    verify vs fastest plain inflate+sha256: {vs_fastest:5.2f}x  (target >= {FASTEST_TARGET}x)  "
             f"{_mark(vs_fastest >= FASTEST_TARGET)}  [{result['fastest_plain']}]"
+        )
+        vs_bound = result["vs_bound"]
+        print(
+            f"    verify vs the inflate bound:            {vs_bound:5.2f}x  (target >= {BOUND_TARGET}x, "
+            f"never below {BOUND_FLOOR[result['kind']]}x)  {_mark(vs_bound >= BOUND_TARGET)}"
         )
 
     print("\nverify_archive peak memory (as deployed; a child process per package, streamed from a temp file)")

@@ -57,6 +57,9 @@ PIPELINE_MIN_BYTES = 8 * MiB
 """Archives smaller than this are verified on the calling thread alone: they take a few tens of milliseconds, and
 the reader stays exactly one read ahead of the walker (a refusal found in a header costs one read at most)."""
 
+SMALL_MEMBERS_MEAN_BYTES = 64 * 1024
+"""Below this mean file size (from the manifest), the per-member walk outweighs inflating: see ``_Pipeline``."""
+
 GZIP_HEADER_MAX = 1 * MiB
 """Largest gzip member header accepted (its optional name, comment and extra field included)."""
 
@@ -82,6 +85,7 @@ _PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK = b"x", b"g", b"L", b"K"
 _METADATA = (_PAX_LOCAL, _PAX_GLOBAL, _GNU_LONGNAME, _GNU_LONGLINK)
 _MAGIC_POSIX, _MAGIC_GNU, _MAGIC_V7 = b"ustar\x0000", b"ustar  \x00", b"\0" * 8
 _ZEROS = bytes(_BLOCK)
+_ZEROS_TAIL, _ZEROS_GNU_AREA, _ZEROS_V7_AREA = bytes(12), bytes(167), bytes(80)
 
 C = ArchiveRejectCode
 
@@ -235,12 +239,17 @@ class _Verifier:
 
     def run(self, stream: ReadableStream, declared_sha256: str, *, pipelined: bool) -> VerifiedArchive:
         if not pipelined:
-            archive_sha256 = self._stream(stream)
-            return self._finish(archive_sha256, declared_sha256)
+            archive_hash = hashlib.sha256()
+            self._stream(stream, archive_hash.update)
+            return self._finish(archive_hash.hexdigest(), declared_sha256)
         pipeline = _Pipeline(self._walker, self._check_clock)
         self._feed = pipeline.feed
+        # The compressed bytes are hashed on whichever thread has less else to do: the walker's when members are
+        # large (inflate is then the longer half), this one when many small members make the walk the longer half.
+        walk_heavy = self._walker.mean_file_size < SMALL_MEMBERS_MEAN_BYTES
+        archive_hash = hashlib.sha256() if walk_heavy else pipeline.archive_hash
         try:
-            archive_sha256 = self._stream(stream)
+            self._stream(stream, archive_hash.update if walk_heavy else pipeline.hash_compressed)
         except BaseException:
             walker_error = pipeline.close()
             if walker_error is not None:  # found in bytes inflated before the reader's error: it comes first
@@ -249,12 +258,11 @@ class _Verifier:
         walker_error = pipeline.close()
         if walker_error is not None:
             raise walker_error
-        return self._finish(archive_sha256, declared_sha256)
+        return self._finish(archive_hash.hexdigest(), declared_sha256)
 
-    def _stream(self, stream: ReadableStream) -> str:
-        """Read, hash and inflate the whole stream; return the archive's sha256."""
+    def _stream(self, stream: ReadableStream, hash_compressed: Callable[[bytes], None]) -> None:
+        """Read, hash and inflate the whole stream."""
         budget = self._declared_size
-        archive_hash = hashlib.sha256()
         while True:
             # Ask for one byte past the budget at most: enough to know it was exceeded, no more.
             chunk = stream.read(min(READ_CHUNK, budget - self._read + 1))
@@ -263,10 +271,9 @@ class _Verifier:
             self._read += len(chunk)
             if self._read > budget:
                 raise ArchiveRejected(C.TOO_LARGE, self._over_budget())
-            archive_hash.update(chunk)
+            hash_compressed(chunk)
             self._take(chunk)
             self._check_clock()
-        return archive_hash.hexdigest()
 
     def _finish(self, archive_sha256: str, declared_sha256: str) -> VerifiedArchive:
         if self._read != self._declared_size:
@@ -388,7 +395,9 @@ class _Verifier:
 
 
 class _Pipeline:
-    """The tar walker on a second thread, fed inflated pieces through a queue of at most ``PIPELINE_DEPTH``.
+    """The tar walker on a second thread, fed inflated pieces through a queue of at most ``PIPELINE_DEPTH``; the
+    compressed chunks' sha256 may run there too (``hash_compressed``), so that the reading thread does nothing but
+    read and inflate: the bound for two cores is inflate alone on one, both hashes on the other.
 
     Stream order is kept: the walker's error is raised by the next ``feed`` (nothing the reader found later can
     come first), and when the reader fails, ``close`` first lets the walker finish the pieces queued before the
@@ -400,7 +409,8 @@ class _Pipeline:
     def __init__(self, walker: _TarWalker, check_clock: Callable[[], None]) -> None:
         self._walker = walker
         self._check_clock = check_clock
-        self._queue: queue.Queue[bytes | None] = queue.Queue(maxsize=PIPELINE_DEPTH)
+        self._queue: queue.Queue[tuple[bytes, bool] | None] = queue.Queue(maxsize=PIPELINE_DEPTH)
+        self.archive_hash = hashlib.sha256()  # of the compressed bytes; complete once ``close`` returned
         self._error: BaseException | None = None
         self._failed = threading.Event()
         self._thread = threading.Thread(target=self._walk, name="archive-walker", daemon=True)
@@ -408,19 +418,30 @@ class _Pipeline:
 
     def _walk(self) -> None:
         try:
-            while (piece := self._queue.get()) is not None:
-                self._walker.feed(piece)
+            feed, hash_compressed = self._walker.feed, self.archive_hash.update
+            while (item := self._queue.get()) is not None:
+                piece, compressed = item
+                if compressed:
+                    hash_compressed(piece)
+                else:
+                    feed(piece)
         except BaseException as exc:  # handed to the reading thread, which raises it
             self._error = exc
             self._failed.set()
 
     def feed(self, piece: bytes) -> None:
-        while not self._put(piece):
+        self._send((piece, False))
+
+    def hash_compressed(self, chunk: bytes) -> None:
+        self._send((chunk, True))
+
+    def _send(self, item: tuple[bytes, bool]) -> None:
+        while not self._put(item):
             self._check_clock()  # the walker is behind: the time limit still holds while we wait for it
         if self._error is not None:
             raise self._error
 
-    def _put(self, item: bytes | None) -> bool:
+    def _put(self, item: tuple[bytes, bool] | None) -> bool:
         """Queue ``item``; False after a wait with the queue still full. Gives up at once if the walker failed."""
         if self._failed.is_set():
             return True
@@ -495,12 +516,16 @@ def _number(field: bytes, what: str) -> int:
     size or mode below our limits needs it, and readers disagree on its negative and oversized forms."""
     if field[0] & 0x80:
         raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"base-256 {what} in a tar header (octal is the canonical form)")
-    digits = _nts(field).strip(b" ")
-    if not digits:
+    end = field.find(0)
+    digits = (field if end < 0 else field[:end]).strip(b" ")
+    if digits.isdigit():  # ASCII digits only (bytes), so int() sees no sign, space or underscore; 8 and 9 raise
+        try:
+            return int(digits, 8)
+        except ValueError:
+            pass
+    elif not digits:
         return 0
-    if digits.strip(b"01234567"):
-        raise _corrupt(f"invalid {what} {field!r} in tar header")
-    return int(digits, 8)
+    raise _corrupt(f"invalid {what} {field!r} in tar header")
 
 
 def _byte_sum(data: bytes) -> int:
@@ -520,9 +545,21 @@ def _header_form(magic: bytes) -> str:
     return f"tar header magic {magic!r} is none of POSIX ustar, GNU or V7"
 
 
+def _member_form(magic: bytes, odd: bool, typeflag: bytes, raw_name: bytes) -> str | None:
+    """Why readers would read this member's own header differently, or None."""
+    if odd:
+        return _header_form(magic)
+    if typeflag == _CONTIGUOUS:
+        return "a contiguous-file entry (type 7): GNU tar extracts it with a warning"
+    if typeflag == b"0" and raw_name.endswith(b"/"):
+        return "a regular-file entry whose name ends in '/' (some readers make it a directory)"
+    return None
+
+
 def _check_checksum(block: bytes) -> None:
-    stored = _number(block[148:156], "checksum")
-    unsigned = _byte_sum(block) - sum(block[148:156]) + 8 * 0x20
+    field = block[148:156]
+    stored = _number(field, "checksum")
+    unsigned = _byte_sum(block) - sum(field) + 8 * 0x20
     if stored == unsigned:
         return
     # Some old tars summed signed chars; tarfile accepts both, so do we.
@@ -630,6 +667,7 @@ class _TarWalker:
         self._pax_local: dict[str, bytes] | None = None  # None: no pax header before the member to come
         self._longname: bytes | None = None
         self._ambiguity: str | None = None  # found in the extended headers of the member to come
+        self.mean_file_size = sum(entry.size for entry in manifest.files) // max(len(manifest.files), 1)
         self._manifest_dirs = {path.rpartition("/")[0] for path in self._expected} - {""}
         for parent in list(self._manifest_dirs):
             while (parent := parent.rpartition("/")[0]) and parent not in self._manifest_dirs:
@@ -722,13 +760,13 @@ class _TarWalker:
         size = _number(block[124:136], "size")
         magic = block[257:265]
         if magic == _MAGIC_POSIX:
-            prefix = _nts(block[345:500])
-            odd = block[500:512] != _ZEROS[:12]  # star keeps times there and GNU tar then reads a shorter prefix
+            prefix = _nts(block[345:500]) if block[345] else b""
+            odd = block[500:512] != _ZEROS_TAIL  # star keeps times there and GNU tar then reads a shorter prefix
         else:
             # tarfile honours the ustar prefix whatever the magic; GNU tar and bsdtar read it only for POSIX magic
             prefix = b""
-            odd = magic not in (_MAGIC_GNU, _MAGIC_V7) or block[345:512] != _ZEROS[:167]
-            odd = odd or (magic == _MAGIC_V7 and block[265:345] != _ZEROS[:80])
+            odd = magic not in (_MAGIC_GNU, _MAGIC_V7) or block[345:512] != _ZEROS_GNU_AREA
+            odd = odd or (magic == _MAGIC_V7 and block[265:345] != _ZEROS_V7_AREA)
         if typeflag in _METADATA:
             if odd:
                 raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"extended header {typeflag!r}: {_header_form(magic)}")
@@ -736,6 +774,16 @@ class _TarWalker:
             return
 
         self._metadata_headers = 0
+        if self._pax_local is None and self._longname is None and self._ambiguity is None and not self._pax_global:
+            # the common member: no extended header applies (the same checks as below, fewer steps)
+            end = block.find(0, 0, 100)
+            raw_name = block[:end] if end >= 0 else block[:100]
+            if prefix:
+                raw_name = prefix + b"/" + raw_name
+            if odd or typeflag == _CONTIGUOUS or (typeflag == b"0" and raw_name.endswith(b"/")):
+                self._refuse_member(raw_name, _member_form(magic, odd, typeflag, raw_name))
+            self._on_member(raw_name, typeflag, _number(block[100:108], "mode") & 0o7777, size)
+            return
         pax = self._pax_global
         local = self._pax_local
         if local is not None:
@@ -752,23 +800,20 @@ class _TarWalker:
         if "path" in pax:
             raw_name = pax["path"]
         ambiguity, self._ambiguity = self._ambiguity, None
-        if ambiguity:
-            pass
-        elif odd:
-            ambiguity = _header_form(magic)
-        elif "size" in local and int(local["size"]) != size:
+        if not ambiguity and "size" in local and int(local["size"]) != size:
             ambiguity = f"pax size {int(local['size'])} contradicts the header's size {size}"
-        elif typeflag == _CONTIGUOUS:
-            ambiguity = "a contiguous-file entry (type 7): GNU tar extracts it with a warning"
-        elif typeflag == b"0" and raw_name.endswith(b"/"):
-            ambiguity = "a regular-file entry whose name ends in '/' (some readers make it a directory)"
+        ambiguity = ambiguity or _member_form(magic, odd, typeflag, raw_name)
         if ambiguity:
-            shown = raw_name[:200].decode("utf-8", "backslashreplace")
-            raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"member {shown!r}: {ambiguity}")
+            self._refuse_member(raw_name, ambiguity)
         if pax and any(key.startswith("GNU.sparse.") for key in pax):
             typeflag = b"S"
         mode = _number(block[100:108], "mode") & 0o7777
         self._on_member(raw_name, typeflag, mode, size)
+
+    @staticmethod
+    def _refuse_member(raw_name: bytes, why: str | None) -> None:
+        shown = raw_name[:200].decode("utf-8", "backslashreplace")
+        raise ArchiveRejected(C.AMBIGUOUS_HEADER, f"member {shown!r}: {why}")
 
     def _start_metadata(self, typeflag: bytes, size: int) -> None:
         self._metadata_headers += 1
