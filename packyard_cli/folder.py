@@ -15,7 +15,8 @@
 
 What is packed: every regular file under the folder except what the ignore rules exclude. The rules are
 gitignore patterns: :data:`DEFAULT_IGNORES` first, then the lines of ``.packyardignore`` (so ``!pattern``
-re-includes something a default excludes). Symbolic links and special files are refused, not followed.
+re-includes something a default excludes). Symbolic links and special files are refused (every one of them in one
+error); ``--follow-links`` packs a link to a regular file inside the folder as that file's bytes.
 """
 
 from __future__ import annotations
@@ -164,17 +165,33 @@ def ignore_spec(root: str | Path) -> pathspec.PathSpec[Any]:
 
 @dataclass(frozen=True)
 class FolderFiles:
-    files: dict[str, Path]  # relative POSIX path → file
+    files: dict[str, Path]  # relative POSIX path → file (for a followed link: the link, read through to its target)
     ignored: list[str]  # relative paths left out (folders end with '/')
+    followed: dict[str, str] = field(default_factory=dict)  # link → its target, relative (--follow-links)
 
 
-def collect(root: str | Path, spec: pathspec.PathSpec[Any] | None = None) -> FolderFiles:
-    """The regular files to pack, sorted, and what the ignore rules left out. A link or special file that is not
-    ignored is an error (packages hold regular files only)."""
+@dataclass(frozen=True)
+class _Refused:
+    path: str
+    why: str
+    hint: str
+
+
+REFUSED_SHOWN = 20  # a refusal lists this many offending paths, then how many more
+
+
+def collect(root: str | Path, spec: pathspec.PathSpec[Any] | None = None, *, follow_links: bool = False) -> FolderFiles:
+    """The regular files to pack, sorted, and what the ignore rules left out. Links and special files that are not
+    ignored are refused, all of them in one error (packages hold regular files only). With ``follow_links`` a link
+    to a regular file inside the folder is packed as that file's bytes; a link to a folder, or to anything outside
+    the folder, is still refused."""
     base = check_folder(root)
+    real_base = base.resolve()
     spec = spec or ignore_spec(base)
     files: dict[str, Path] = {}
     ignored: list[str] = []
+    followed: dict[str, str] = {}
+    refused: list[_Refused] = []
     for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
         here = Path(dirpath)
         kept = []
@@ -183,7 +200,13 @@ def collect(root: str | Path, spec: pathspec.PathSpec[Any] | None = None) -> Fol
             if spec.match_file(relative + "/"):
                 ignored.append(relative + "/")
             elif (here / name).is_symlink():
-                raise _usage(f"{here / name} is a symbolic link", "packages hold regular files only; ignore it")
+                refused.append(
+                    _Refused(
+                        relative,
+                        f"a symbolic link to a folder ({os.readlink(here / name)})",
+                        f"add {relative}/ to {IGNORE_FILE}",
+                    )
+                )
             else:
                 kept.append(name)
         dirnames[:] = kept
@@ -193,16 +216,59 @@ def collect(root: str | Path, spec: pathspec.PathSpec[Any] | None = None) -> Fol
             if spec.match_file(relative):
                 ignored.append(relative)
                 continue
-            if not stat.S_ISREG(full.lstat().st_mode):
-                raise _usage(
-                    f"{full} is not a regular file",
-                    f"packages hold regular files only; add {relative} to {IGNORE_FILE} to leave it out",
-                )
-            files[relative] = full
+            mode = full.lstat().st_mode
+            if stat.S_ISREG(mode):
+                files[relative] = full
+            elif stat.S_ISLNK(mode):
+                target = _link_target(full, real_base, follow_links, relative)
+                if isinstance(target, _Refused):
+                    refused.append(target)
+                else:
+                    files[relative] = full
+                    followed[relative] = target
+            else:
+                refused.append(_Refused(relative, "not a regular file", f"add {relative} to {IGNORE_FILE}"))
+    if refused:
+        raise _refusal(base, refused)
     if not files:
         detail = f"everything in it is ignored ({', '.join(sorted(ignored)[:5])})" if ignored else "it is empty"
         raise _usage(f"nothing to package in {root}", detail)
-    return FolderFiles(files=dict(sorted(files.items())), ignored=sorted(ignored))
+    return FolderFiles(
+        files=dict(sorted(files.items())), ignored=sorted(ignored), followed=dict(sorted(followed.items()))
+    )
+
+
+def _link_target(link: Path, real_base: Path, follow_links: bool, relative: str) -> str | _Refused:
+    """The target of a link to a file, relative to the folder, when it may be packed; else why not."""
+    shown = os.readlink(link)
+    ignore_it = f"add {relative} to {IGNORE_FILE}"
+    if not follow_links:
+        return _Refused(
+            relative,
+            f"a symbolic link to {shown}, not a regular file",
+            f"{ignore_it}, or pass --follow-links to pack its target",
+        )
+    real = link.resolve()
+    if not real.is_relative_to(real_base):
+        return _Refused(relative, f"a symbolic link to {real}, outside the package folder", ignore_it)
+    if not real.exists():
+        return _Refused(relative, f"a symbolic link to {shown}, which does not exist", ignore_it)
+    if not stat.S_ISREG(real.stat().st_mode):
+        return _Refused(relative, f"a symbolic link to {shown}, which is not a regular file", ignore_it)
+    return real.relative_to(real_base).as_posix()
+
+
+def _refusal(base: Path, refused: list[_Refused]) -> CliError:
+    shown = refused[:REFUSED_SHOWN]
+    lines = [f"{item.path}: {item.why}; {item.hint}" for item in shown]
+    if len(refused) > len(shown):
+        lines.append(f"... and {len(refused) - len(shown)} more")
+    links = all("symbolic link" in item.why for item in refused)
+    count = f"{len(refused)} symbolic links" if links else f"{len(refused)} links or special files"
+    title = f"{base} holds {count} a package cannot hold (packages hold regular files only)"
+    if len(refused) == 1:
+        title = f"{base / refused[0].path} is {refused[0].why} (packages hold regular files only)"
+    return CliError(title, detail="\n".join(lines), exit_code=EXIT_USAGE)
 
 
 def read_files(found: FolderFiles) -> tuple[dict[str, bytes], dict[str, int]]:

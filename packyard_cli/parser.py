@@ -261,6 +261,11 @@ def _package_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--metadata", type=key_value, action="append", help="manifest metadata KEY=VALUE (repeatable; added)"
     )
+    parser.add_argument(
+        "--follow-links",
+        action="store_true",
+        help="pack a symbolic link to a file inside the folder as that file's bytes (default: links are refused)",
+    )
 
 
 # ------------------------------------------------------------------ commands, by group (in `packyard --help` order)
@@ -318,6 +323,9 @@ def _publishing_commands(command: AddCommand) -> None:
     publish.add_argument("--package", "-p", type=package_name, help="package name (default: packyard.toml's name)")
     publish.add_argument("--version", type=version, help="version (default: packyard.toml's version)")
     _package_flags(publish)
+    publish.add_argument(
+        "--list", action="store_true", help="print every path the ignore rules leave out (default: the first few)"
+    )
     publish.add_argument("--archive", help="publish a prebuilt archive (with --manifest and --package, --version)")
     publish.add_argument("--manifest", help="the prebuilt archive's manifest (JSON)")
     publish.add_argument(

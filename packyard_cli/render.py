@@ -236,7 +236,13 @@ def _safe_output(ctx: Context) -> str:
 
 def print_error(ctx: Context, error: CliError) -> None:
     if _safe_output(ctx) == "json":
-        print(json.dumps(error.as_json(), indent=2))
+        data: Any = error.as_json()
+        query = getattr(ctx.args, "query", None)
+        if query:  # a refusal is queried like an answer: --query code reads the problem's code
+            from packyard_cli import output as fmt
+
+            data = fmt.apply_query(data, str(query))
+        print(json.dumps(data, indent=2))
         return
     from rich.markup import escape
 

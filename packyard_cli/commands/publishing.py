@@ -18,7 +18,7 @@ from packyard_cli import rules
 from packyard_cli.arguments import ReleaseRef, release_ref
 from packyard_cli.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError, segment
 from packyard_cli.commands.context import Context, paginate, resolve_release, wait_for
-from packyard_cli.folder import PackageConfig, load_config
+from packyard_cli.folder import FolderFiles, PackageConfig, collect, load_config, read_files
 from packyard_cli.output import Column, dig
 from packyard_cli.render import (
     PACKAGE_COLUMNS,
@@ -42,6 +42,7 @@ class Prepared:
     package: str | None
     version: str | None
     config: PackageConfig
+    found: FolderFiles | None = None  # what a folder build packed and left out (None for --archive/--manifest)
 
 
 def _usage(title: str, detail: str | None = None) -> CliError:
@@ -50,7 +51,7 @@ def _usage(title: str, detail: str | None = None) -> CliError:
 
 def _prepare(args: argparse.Namespace) -> Prepared:
     """Build from DIR (its package file, flags winning) or read --archive with --manifest."""
-    from packyard_cli.build import build_from_directory
+    from packyard_cli.build import build_from_files
 
     package = getattr(args, "package", None)
     version = getattr(args, "version", None)
@@ -71,11 +72,45 @@ def _prepare(args: argparse.Namespace) -> Prepared:
     config = load_config(args.directory)
     permissions = args.permission if args.permission is not None else (config.permissions or [])
     metadata = {**config.metadata, **dict(args.metadata or [])}
+    found = collect(args.directory, follow_links=getattr(args, "follow_links", False))
     try:
-        built = build_from_directory(args.directory, permissions=permissions, metadata=metadata)
+        files, modes = read_files(found)
+        built = build_from_files(files, modes=modes, permissions=permissions, metadata=metadata)
     except OSError as exc:
         raise CliError("cannot build the package", detail=str(exc)) from None
-    return Prepared(built.archive, built.manifest, package or config.name, version or config.version, config)
+    return Prepared(built.archive, built.manifest, package or config.name, version or config.version, config, found)
+
+
+PACKING_SHOWN = 5  # ignored paths named in the summary without --list
+
+
+def packing_summary(found: FolderFiles, list_all: bool) -> dict[str, Any]:
+    """How many files were packed, what the ignore rules left out (all of it with --list), the links followed."""
+    return {
+        "packed": len(found.files),
+        "ignored": len(found.ignored),
+        "ignoredPaths": found.ignored if list_all else found.ignored[:PACKING_SHOWN],
+        "followedLinks": dict(found.followed),
+    }
+
+
+def report_packing(ctx: Context, folder: str, found: FolderFiles, list_all: bool) -> None:
+    """On stderr, always (like ``npm pack``): nothing the ignore rules drop goes unsaid."""
+    from rich.markup import escape
+
+    summary = packing_summary(found, list_all)
+    text = f"packed {summary['packed']} file{'s' if summary['packed'] != 1 else ''} from {folder}"
+    if found.ignored:
+        shown = summary["ignoredPaths"]
+        more = len(found.ignored) - len(shown)
+        text += f"; the ignore rules left out {len(found.ignored)}: {', '.join(shown)}"
+        if more:
+            text += f" and {more} more (--list shows all)"
+    else:
+        text += "; the ignore rules left out nothing"
+    if found.followed:
+        text += "; followed links: " + ", ".join(f"{link} → {target}" for link, target in found.followed.items())
+    ctx.err.print(escape(text), highlight=False, soft_wrap=True)
 
 
 def cmd_build(ctx: Context, args: argparse.Namespace) -> int:
@@ -84,6 +119,8 @@ def cmd_build(ctx: Context, args: argparse.Namespace) -> int:
         return _list_files(ctx, args)
     prepared = _prepare(args)
     archive, manifest = prepared.archive, prepared.manifest
+    if prepared.found is not None:
+        report_packing(ctx, args.directory, prepared.found, list_all=False)
     default_prefix = Path(Path(args.directory).resolve().name)
     if prepared.package and prepared.version:
         default_prefix = Path(f"{prepared.package}-{prepared.version}")
@@ -101,6 +138,7 @@ def cmd_build(ctx: Context, args: argparse.Namespace) -> int:
         "sha256": hashlib.sha256(archive).hexdigest(),
         "size": len(archive),
         "files": len(manifest["files"]),
+        **({"packing": packing_summary(prepared.found, list_all=True)} if prepared.found is not None else {}),
     }
     columns = (
         Column("archive", dig("archive"), key=True),
@@ -126,7 +164,7 @@ def _list_files(ctx: Context, args: argparse.Namespace) -> int:
     """``build --list``: what the ignore rules keep and leave out, without building anything."""
     from packyard_cli.folder import collect
 
-    found = collect(args.directory)
+    found = collect(args.directory, follow_links=args.follow_links)
     items = [{"path": p, "packed": True} for p in found.files] + [{"path": p, "packed": False} for p in found.ignored]
     columns = (Column("path", dig("path"), key=True), Column("packed", dig("packed")))
 
@@ -225,6 +263,8 @@ def _warn_dropped_permissions(ctx: Context, package: str, version: str, manifest
 
 def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
     prepared = _prepare(args)
+    if prepared.found is not None:
+        report_packing(ctx, args.directory, prepared.found, list_all=args.list)
     package, version = _name_and_version(args, prepared)
     archive, manifest = prepared.archive, prepared.manifest
     _warn_dropped_permissions(ctx, package, version, manifest)
@@ -278,25 +318,28 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def _not_published(ctx: Context, final: dict[str, Any], package: str, version: str) -> int:
-    """A rejected or expired upload: the service's rejection (code, detail, sub-code) with exit code 3."""
-    if ctx.json:
-        columns = (
-            Column("upload", dig("uploadId"), key=True),
-            Column("state", dig("state")),
-            Column("code", dig("rejection", "code")),
-            Column("subCode", dig("rejection", "subCode")),
-        )
-        ctx.show(final, columns=columns)
-        return EXIT_REFUSED
+    """A rejected or expired upload: the service's rejection (code, detail, sub-code) with exit code 3. Printed in
+    the shape of a refusal at session creation (problem+json ``code``, ``subCode``, ``detail`` at the top, so
+    ``--query code`` reads both), with the upload's ``uploadId``, ``state`` and ``rejection`` beside them."""
     state = final.get("state")
     rejection = final.get("rejection") or {}
+    code = rejection.get("code") or ("upload_expired" if state == "expired" else None)
     title = "Archive rejected" if state == "rejected" else f"Upload {state}"
+    problem: dict[str, Any] = {
+        **final,
+        "type": f"https://packyard.dev/problems/{code}" if code else "about:blank",
+        "title": title,
+        "status": 422 if state == "rejected" else 410,
+        "code": code,
+        **({"subCode": rejection["subCode"]} if rejection.get("subCode") else {}),
+        "detail": rejection.get("detail") or f"the upload is {state}",
+    }
     error = CliError(
         f"{title}: {package}@{version} was not published",
-        code=rejection.get("code") or ("upload_expired" if state == "expired" else None),
+        code=code,
         detail=rejection.get("detail"),
         exit_code=EXIT_REFUSED,
-        body={"subCode": rejection["subCode"]} if rejection.get("subCode") else None,
+        body=problem,
     )
     print_error(ctx, error)
     return EXIT_REFUSED
