@@ -4,7 +4,9 @@ Nothing is extracted and nothing is held in memory beyond one read chunk, one in
 blocks, so peak memory does not depend on the package size. The tar stream is walked by a small parser of our own
 (ustar, GNU long names, pax extended headers), not ``tarfile``: it hashes member data straight out of the inflate
 buffer without copying, and it bounds the size of every metadata header (``tarfile`` would read a pax header of any
-size into memory).
+size into memory). It accepts only archives every extractor reads one way (GNU tar, bsdtar, ``tarfile`` with and
+without ``filter="data"``): any header feature on which they differ is refused ``AMBIGUOUS_HEADER``
+(tests/unit/test_tar_readers.py holds the verifier against all four).
 
 Inflate runs on ISA-L (the ``isal`` package: same deflate, about twice zlib's speed) when it is importable, else on
 the standard library's zlib; both inflate raw deflate through the same ``decompressobj`` interface with the same
@@ -178,12 +180,17 @@ def verify_archive(
       ``limits.compression_ratio_floor_bytes`` are decompressed → ``COMPRESSION_RATIO``;
     - not gzip, bad deflate data, bad tar headers, non-zero bytes after the gzip member (including a second gzip
       member) or after the tar end-of-archive block → ``CORRUPT_ARCHIVE``;
+    - a header feature extractors read differently (the canonical-tar policy, docs/decisions.md "One reading per
+      archive": GNU/V7 headers with ustar-prefix bytes, unknown magic, more than one GNU long name or pax header
+      before a member or both, a GNU long link name, pax records outside the allowlist, duplicated, empty or holding
+      NUL, a pax size contradicting the header, base-256 size or mode, contiguous-file entries, a regular-file entry
+      named with a trailing ``/``) → ``AMBIGUOUS_HEADER``, raised at the member it applies to and naming it;
     - per member, in this order: count above ``limits.max_files`` (regular files and directories, the root
       ``.`` entry excepted) → ``TOO_MANY_FILES``; name not UTF-8 or failing ``check_path`` (after removing one
       leading ``./`` and, for a directory, one trailing ``/``) → ``UNSAFE_PATH``; link → ``LINK_NOT_ALLOWED``;
       anything but a regular file or directory, or setuid/setgid/sticky bits → ``SPECIAL_FILE``; path already seen,
       equal under NFC + case folding to one seen, or a directory where the manifest has a file → ``DUPLICATE_ENTRY``;
-      file not in the manifest → ``UNEXPECTED_FILE``; header size differs from the manifest → ``SIZE_MISMATCH``;
+      a directory no manifest file is under, or a file not in the manifest → ``UNEXPECTED_FILE``; header size differs from the manifest → ``SIZE_MISMATCH``;
       manifest ``mode`` given and ``member mode & 0o777`` differs → ``DIGEST_MISMATCH`` (detail "mode differs":
       the mode is part of what the manifest pins, like the content); running total of sizes above
       ``limits.max_unpacked_bytes`` → ``TOO_LARGE`` (before any data is read); sha256 of the data differs
@@ -191,7 +198,8 @@ def verify_archive(
 
     Then, once the stream is exhausted: archive size differs from ``declared_size`` → ``SIZE_MISMATCH``; archive
     sha256 differs from ``declared_sha256`` → ``DIGEST_MISMATCH``; gzip stream or tar stream incomplete →
-    ``CORRUPT_ARCHIVE``; a manifest file never seen → ``MISSING_FILE``. (When the bytes are not the ones declared,
+    ``CORRUPT_ARCHIVE`` (also when the end-of-archive marker is a lone zero block); a manifest file never seen
+    → ``MISSING_FILE``. (When the bytes are not the ones declared,
     that is the root cause, so it is reported before what the truncation looks like.)
     """
     if declared_size < 0:
