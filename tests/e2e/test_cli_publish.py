@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -242,3 +243,117 @@ def test_a_publish_whose_session_answer_is_lost_retries_into_the_same_session(cl
     assert published.code == 0, published.output
     assert len(proxy.session_keys) == 2 and proxy.session_keys[0] and proxy.session_keys[0] == proxy.session_keys[1]
     assert tenant_used_bytes(cli) == tenant_used_bytes(direct) > 0
+
+
+PATH_BYTES = 200
+
+
+def wide_folder(root: Path, count: int) -> Path:
+    """``count`` one-byte files at 200-byte paths (100 per folder), and a packyard.toml."""
+    root.mkdir(parents=True)
+    (root / "packyard.toml").write_text('name = "wide"\nversion = "1.0.0"\n')
+    for index in range(count):
+        folder = f"d{index // 100:03d}/"
+        stem = f"f{index:05d}-"
+        path = root / (folder + stem + "x" * (PATH_BYTES - len(folder) - len(stem) - 3) + ".md")
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+    return root
+
+
+def test_ten_thousand_files_at_200_byte_paths_publish_from_a_folder(cli: Cli, tmp_path: Path) -> None:
+    # Given a folder of 10,000 one-byte files at 200-byte paths (the CLI writes a mode for each)
+    folder = wide_folder(tmp_path / "wide", 10_000)
+    assert all(len(p.relative_to(folder).as_posix()) == PATH_BYTES for p in (folder / "d099").iterdir())
+
+    # When it is published end to end: session, upload, the publish state machine's verification, the release
+    started = time.monotonic()
+    published = cli("publish", str(folder), timeout=600)
+    elapsed = time.monotonic() - started
+    shown = cli("--output", "json", "releases", "wide@1.0.0")
+
+    # Then it is published with every file, and the CLI said how many it packed
+    assert published.code == 0, published.output[-2000:]
+    assert f"packed 10000 files from {folder}; the ignore rules left out 1: packyard.toml" in published.stderr
+    release = shown.json()
+    assert release["status"] == "published"
+    assert len(release["manifest"]["files"]) == 10_000
+    assert all("mode" in entry for entry in release["manifest"]["files"])
+    print(f"10,000-file publish from a folder: {elapsed:.1f} s")
+
+
+def test_ten_thousand_and_one_files_are_refused_naming_the_file_limit(cli: Cli, tmp_path: Path) -> None:
+    # Given a folder of 10,001 one-byte files at 200-byte paths
+    folder = wide_folder(tmp_path / "wide", 10_001)
+
+    # When it is published, as text and as JSON queried for its code
+    refused = cli("publish", str(folder), timeout=300)
+    as_json = cli("--output", "json", "publish", str(folder), timeout=300)
+    code = cli("--output", "json", "--query", "code", "publish", str(folder), timeout=300)
+
+    # Then the session is refused (exit 3) with archive_rejected / too_many_files, naming the file limit
+    assert refused.code == 3, refused.output[-2000:]
+    assert "sub-code too_many_files" in refused.stderr
+    assert "manifest lists 10001 files, limit is 10000 files" in refused.stderr
+    problem = as_json.json()
+    assert (problem["code"], problem["subCode"]) == ("archive_rejected", "too_many_files")
+    assert problem["detail"] == "manifest lists 10001 files, limit is 10000 files"
+    assert code.json() == "archive_rejected"
+    assert cli("releases", "wide@1.0.0").code == 6  # nothing published
+
+
+def test_a_refusal_at_creation_and_one_after_verification_print_the_same_fields(cli: Cli, tmp_path: Path) -> None:
+    # Given a refusal at session creation (an unsafe path in a prebuilt manifest) and one during verification
+    # (an archive that does not match its manifest)
+    folder = write_skill(tmp_path / "weather-skill")
+    assert cli("build", str(folder), "--out", str(tmp_path / "honest")).code == 0
+    (folder / "src" / "main.py").write_text("changed\n")
+    assert cli("build", str(folder), "--out", str(tmp_path / "tampered")).code == 0
+    unsafe = json.loads((tmp_path / "honest.manifest.json").read_text())
+    unsafe["files"][0]["path"] = "../escape.md"
+    (tmp_path / "unsafe.manifest.json").write_text(json.dumps(unsafe))
+
+    def publish(manifest: str, version: str, *query: str) -> Any:
+        result = cli(
+            "--output", "json", *query, "publish", "-p", "weather-skill", "--version", version,
+            "--manifest", str(tmp_path / manifest), "--archive", str(tmp_path / "tampered.tar.gz"),
+        )  # fmt: skip
+        assert result.code == 3, result.output
+        return result.json()
+
+    # When both are published with --output json, and with --query code / subCode
+    at_creation = publish("unsafe.manifest.json", "1.0.0")
+    after_verification = publish("honest.manifest.json", "1.0.1")
+
+    # Then both carry code, subCode and detail at the top, and --query reads them alike
+    assert (at_creation["code"], at_creation["subCode"]) == ("archive_rejected", "unsafe_path")
+    assert (after_verification["code"], after_verification["subCode"]) == ("archive_rejected", "size_mismatch")
+    assert "../escape.md" in at_creation["detail"] and "src/main.py" in after_verification["detail"]
+    assert publish("unsafe.manifest.json", "1.0.2", "--query", "code") == "archive_rejected"
+    assert publish("honest.manifest.json", "1.0.3", "--query", "code") == "archive_rejected"
+    assert publish("honest.manifest.json", "1.0.4", "--query", "subCode") == "size_mismatch"
+
+
+def test_publish_names_every_link_in_one_run_and_follows_those_inside(cli: Cli, tmp_path: Path) -> None:
+    # Given a package folder with two links to files inside it and one to a folder
+    folder = write_skill(tmp_path / "weather-skill")
+    (folder / "README.md").symlink_to("SKILL.md")
+    (folder / "src" / "entry.py").symlink_to("main.py")
+    (folder / "lib").symlink_to("src", target_is_directory=True)
+
+    # When it is published as it is, then with the folder link ignored and --follow-links
+    refused = cli("publish", str(folder), "-p", "weather-skill", "--version", "1.0.0")
+    (folder / ".packyardignore").write_text("lib/\n")
+    followed = cli("publish", str(folder), "-p", "weather-skill", "--version", "1.0.0", "--follow-links")
+    shown = cli("--output", "json", "releases", "weather-skill@1.0.0")
+
+    # Then the first run names all three links and what to do; the second packs the file links' targets
+    assert refused.code == 2, refused.output
+    assert "3 symbolic links" in refused.stderr
+    for expected in ("README.md", "src/entry.py", "add lib/ to .packyardignore", "--follow-links"):
+        assert expected in refused.stderr
+    assert followed.code == 0, followed.output
+    assert "followed links: README.md → SKILL.md, src/entry.py → src/main.py" in followed.stderr
+    files = {entry["path"]: entry["sha256"] for entry in shown.json()["manifest"]["files"]}
+    assert sorted(files) == ["README.md", "SKILL.md", "src/entry.py", "src/main.py"]
+    assert files["README.md"] == files["SKILL.md"] and files["src/entry.py"] == files["src/main.py"]
