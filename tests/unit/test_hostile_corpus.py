@@ -46,6 +46,8 @@ REQUIRED_CASES = {
     "manifest_too_large",
     "backslash_path_manifest",
     "good",
+    "gnu_magic_prefix_traversal",
+    "long_name_then_pax_path",
 }
 
 
