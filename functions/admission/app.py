@@ -15,12 +15,14 @@ from packyard.authority import Permission
 from packyard.errors import (
     IdempotencyKeyRequired,
     IdempotencyKeyReused,
+    InputLimitExceeded,
     InvalidRequest,
     LimitExceeded,
     NeedsConsent,
     NotFound,
     OperationInProgress,
     PlanChanged,
+    QuotaExceeded,
     ReleaseUnavailable,
     StaleAuthority,
     VersionConflict,
@@ -51,10 +53,12 @@ ADMISSION_ERRORS = (
     StaleAuthority,
     ReleaseUnavailable,
     LimitExceeded,
+    InputLimitExceeded,
     PlanChanged,
     VersionConflict,
     IdempotencyKeyReused,
     VersionRequired,
+    QuotaExceeded,  # the workspace's quota of referenced bytes, checked at admission (drafting.check_quota)
 )
 
 

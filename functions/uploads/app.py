@@ -17,6 +17,7 @@ from packyard.errors import (
     ArchiveRejected,
     ClaimLost,
     IdempotencyKeyReused,
+    InputLimitExceeded,
     InvalidRequest,
     NotFound,
     QuotaExceeded,
@@ -25,10 +26,12 @@ from packyard.errors import (
     VersionExists,
 )
 from packyard.observability import HTTP_CORRELATION, lambda_entry
-from packyard.publishing import catalog, uploads
+from packyard.publishing import catalog, request_keys, uploads
 from packyard.publishing.models import Release
 
 app = build_resolver()
+# completing and yanking are idempotent by nature; a key binds one such request (another under it: 422)
+REQUEST_KEY = "optional: the same request again answers as before; another request under this key is 422"
 
 
 @app.post(
@@ -40,7 +43,7 @@ app = build_resolver()
             201: ("A new upload session: PUT the archive to upload.url, then POST links.complete", CreatedUploadView),
             200: ("This exact content is already published: nothing to upload", ExistingReleaseView),
         },
-        (InvalidRequest, ArchiveRejected, VersionExists, QuotaExceeded, IdempotencyKeyReused),
+        (InvalidRequest, ArchiveRejected, InputLimitExceeded, VersionExists, QuotaExceeded, IdempotencyKeyReused),
     ),
 )
 def create_upload(
@@ -67,11 +70,16 @@ def create_upload(
             202: ("Verification started (or still running): poll the session", UploadView),
             200: ("The session had already finished", UploadView),
         },
-        (NotFound, UploadExpired, UploadIncomplete, ClaimLost),
+        (InvalidRequest, NotFound, UploadExpired, UploadIncomplete, ClaimLost, IdempotencyKeyReused),
     ),
 )
-def complete_upload(upload_id: Annotated[str, Path()]) -> Response[UploadView]:
-    upload = uploads.complete_upload(authorize(app).tenant, upload_id)
+def complete_upload(
+    upload_id: Annotated[str, Path()],
+    idempotency_key: Annotated[str | None, Header(alias="idempotency-key", description=REQUEST_KEY)] = None,
+) -> Response[UploadView]:
+    tenant = authorize(app).tenant
+    request_keys.bind(tenant, idempotency_key, {"request": "complete_upload", "uploadId": upload_id})
+    upload = uploads.complete_upload(tenant, upload_id)
     status = 202 if upload.is_verifying else 200
     return json_response(status, UploadView.of(upload, clock.now()), headers={"Location": f"/v1/uploads/{upload_id}"})
 
@@ -91,11 +99,17 @@ def get_upload(upload_id: Annotated[str, Path()]) -> UploadView:
     **contract(
         Permission.YANK,
         {200: ("The release, now yanked (its version is never reused)", ReleaseDetailView)},
-        (InvalidRequest, NotFound),
+        (InvalidRequest, NotFound, IdempotencyKeyReused),
     ),
 )
-def yank_version(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ReleaseDetailView:
-    return ReleaseDetailView.of(catalog.yank(authorize(app).tenant, package, version))
+def yank_version(
+    package: Annotated[str, Path()],
+    version: Annotated[str, Path()],
+    idempotency_key: Annotated[str | None, Header(alias="idempotency-key", description=REQUEST_KEY)] = None,
+) -> ReleaseDetailView:
+    tenant = authorize(app).tenant
+    request_keys.bind(tenant, idempotency_key, {"request": "yank", "package": package, "version": version})
+    return ReleaseDetailView.of(catalog.yank(tenant, package, version))
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name", "publish_state_machine_arn"))

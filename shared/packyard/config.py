@@ -52,6 +52,10 @@ class Limits(BaseModel):
     # settled items are kept this long for reads, then the table's TTL removes them
     settled_upload_retention_seconds: int = Field(default=7 * 24 * 3600, gt=0)
     settled_operation_retention_seconds: int = Field(default=90 * 24 * 3600, gt=0)
+    # an Idempotency-Key sent with a request idempotent by nature (complete, yank) stays bound to it this long
+    request_key_retention_seconds: int = Field(default=24 * 3600, gt=0)
+    # a reclaimed orphan's record stays this long as a tombstone (its generation fences a publish that read it before)
+    orphan_tombstone_seconds: int = Field(default=7 * 24 * 3600, gt=0)
     # how long an operation waits for an owner's approval before it settles refused consent_expired
     consent_window_seconds: int = Field(default=7 * 24 * 3600, gt=0, le=365 * 24 * 3600)
     # the integrity scrub: every blob is re-hashed this long after its last check (or its publish), and one sweep

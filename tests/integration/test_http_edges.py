@@ -62,3 +62,98 @@ def test_given_a_json_media_type_in_another_case_then_it_is_accepted(acme: Calle
     )
     assert admitted.status == 202, admitted.body
     assert acme.wait_settled(WS, admitted)["outcome"]["result"] == "succeeded"
+
+
+def _uploaded(acme: Caller, version: str) -> str:
+    built = build_from_files({"SKILL.md": f"v{version}\n".encode()})
+    session = acme.request_upload("hello", version, built)
+    assert session.status == 201, session.body
+    acme.put_archive(session.body, built.archive)
+    upload_id: str = session.body["uploadId"]
+    return upload_id
+
+
+def test_given_a_complete_under_a_key_then_another_complete_under_it_is_422(acme: Caller) -> None:
+    import devstack
+
+    first, second = _uploaded(acme, "1.0.0"), _uploaded(acme, "1.1.0")
+    started = acme.post(f"/v1/uploads/{first}/complete", headers={"Idempotency-Key": "k-complete"})
+    assert started.status == 202, started.body
+    devstack.wait_for_execution(started.body["executionArn"], timeout=60)
+    # the same request under the same key: answered as before (the session, now finished)
+    replayed = acme.post(f"/v1/uploads/{first}/complete", headers={"Idempotency-Key": "k-complete"})
+    assert (replayed.status, replayed.body["uploadId"]) == (200, first), replayed.body
+
+    # When another upload is completed under the same key
+    reused = acme.post(f"/v1/uploads/{second}/complete", headers={"Idempotency-Key": "k-complete"})
+    # Then it is refused, and that upload was not started
+    assert (reused.status, reused.code) == (422, "idempotency_key_reused"), reused.body
+    assert acme.get(f"/v1/uploads/{second}").body["state"] == "awaiting_upload"
+    # a yank is another request too
+    yank = acme.delete("/v1/packages/hello/versions/1.0.0", headers={"Idempotency-Key": "k-complete"})
+    assert (yank.status, yank.code) == (422, "idempotency_key_reused"), yank.body
+    assert acme.get("/v1/packages/hello/versions/1.0.0").body.get("yankedAt") is None
+    # and without a key, completing stays idempotent by nature
+    assert acme.post(f"/v1/uploads/{second}/complete").status == 202
+
+
+def test_given_a_yank_under_a_key_then_another_yank_under_it_is_422(acme: Caller) -> None:
+    for version in ("1.0.0", "1.1.0"):
+        acme.publish("hello", version, build_from_files({"SKILL.md": f"v{version}\n".encode()}))
+    yanked = acme.delete("/v1/packages/hello/versions/1.0.0", headers={"Idempotency-Key": "k-yank"})
+    assert yanked.status == 200, yanked.body
+    again = acme.delete("/v1/packages/hello/versions/1.0.0", headers={"Idempotency-Key": "k-yank"})
+    assert (again.status, again.body["yankedAt"]) == (200, yanked.body["yankedAt"])
+
+    reused = acme.delete("/v1/packages/hello/versions/1.1.0", headers={"Idempotency-Key": "k-yank"})
+
+    assert (reused.status, reused.code) == (422, "idempotency_key_reused"), reused.body
+    assert acme.get("/v1/packages/hello/versions/1.1.0").body.get("yankedAt") is None
+
+
+def test_a_key_is_bound_per_tenant(acme: Caller, globex: Caller) -> None:
+    for caller in (acme, globex):
+        caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    for caller in (acme, globex):
+        yanked = caller.delete("/v1/packages/hello/versions/1.0.0", headers={"Idempotency-Key": "k-same"})
+        assert yanked.status == 200, yanked.body
+
+
+def test_a_malformed_key_on_complete_is_400(acme: Caller) -> None:
+    upload_id = _uploaded(acme, "1.0.0")
+    refused = acme.post(f"/v1/uploads/{upload_id}/complete", headers={"Idempotency-Key": "k\u00e9"})
+    assert (refused.status, refused.code) == (400, "invalid_request"), refused.body
+    assert acme.get(f"/v1/uploads/{upload_id}").body["state"] == "awaiting_upload"
+
+
+def _documented_codes(path: str, method: str, status: int) -> str:
+    from devstack.openapi import generate
+
+    return str(generate()["paths"][path][method]["responses"][str(status)]["description"])
+
+
+def test_the_quota_exceeded_an_admission_answers_is_documented_for_every_admission_route(
+    acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packyard import config
+
+    # Given a workspace quota with room for one installation, and one installed
+    built = build_from_files({"SKILL.md": b"v1\n"})
+    acme.publish("hello", "1.0.0", built)
+    monkeypatch.setenv("PACKYARD_WORKSPACE_QUOTA_BYTES", str(len(built.archive) * 3 // 2))
+    config.reset()
+    try:
+        acme.wait_settled(WS, acme.install(WS, "a", "hello", "1.0.0", key="k-a"))
+        # When a second one is admitted, it is refused 409 quota_exceeded
+        refused = acme.install(WS, "b", "hello", "1.0.0", key="k-b")
+    finally:
+        monkeypatch.undo()
+        config.reset()
+    assert (refused.status, refused.code) == (409, "quota_exceeded")
+    # Then that answer is in the route's documented 409, and in every route that admits an operation
+    item = "/v1/workspaces/{workspace}/installations/{installation_id}"
+    admitting = [(item, "put"), (item, "delete")] + [
+        (f"{item}/{action}", "post") for action in ("rollback", "archive", "restore", "promote")
+    ]
+    for path, method in admitting:
+        assert "`quota_exceeded`" in _documented_codes(path, method, 409), (method, path)
