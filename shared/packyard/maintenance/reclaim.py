@@ -51,7 +51,7 @@ def reclaim_blob(blob: BlobRecord, now: int) -> str:
         return "kept"  # a publish took a reference (or another sweep holds the claim): nothing to do
     blobs.delete(blobs.blob_key(blob.tenant, blob.sha256))
     claimed = blob.model_copy(update={"reclaiming": blob.generation})
-    if not reclaims.finish_reclaim(claimed, now):
+    if not reclaims.finish_reclaim(claimed, now, tombstone_until=now + limits().orphan_tombstone_seconds):
         return "raced"
     if blob.orphan:
         metrics.add_metric(name="OrphanBlobsReclaimed", unit=MetricUnit.Count, value=1)

@@ -20,9 +20,6 @@ from packyard.store import catalog, due, dynamo
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import BlobRecord, ReleaseHolder
 
-# a reclaimed orphan's record stays this long as a tombstone (its generation fences a publish that read it before)
-ORPHAN_TOMBSTONE_SECONDS = 7 * 24 * 3600
-
 
 def holder_key(holder: ReleaseHolder) -> tuple[str, str]:
     pk, _ = catalog.release_key(holder.tenant, holder.package, holder.version)
@@ -233,10 +230,11 @@ def claim_blob(blob: BlobRecord, *, now: int, until: int) -> bool:
     )
 
 
-def finish_reclaim(blob: BlobRecord, now: int) -> bool:
+def finish_reclaim(blob: BlobRecord, now: int, *, tombstone_until: int) -> bool:
     """The claimed blob's object is gone: its record goes and the tenant's ledger is credited its size, in one
     transaction conditional on the claim (so exactly once). An orphan's record (its bytes were never counted)
-    stays a while as a tombstone, its generation moved, credited nothing. False when the claim is not ours."""
+    stays as a tombstone until ``tombstone_until`` (the table's TTL), its generation moved, credited nothing. False
+    when the claim is not ours."""
     tenant = _tenant_of(blob)
     pk, sk = catalog.blob_key(tenant, blob.sha256)
     if blob.orphan:
@@ -247,7 +245,7 @@ def finish_reclaim(blob: BlobRecord, now: int) -> bool:
                 f"REMOVE reclaiming, reclaimUntil, {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}",
                 "ConditionExpression": "reclaiming = :g AND orphan = :true",
                 "ExpressionAttributeValues": marshal(
-                    {":g": blob.generation, ":one": 1, ":true": True, ":purge": now + ORPHAN_TOMBSTONE_SECONDS}
+                    {":g": blob.generation, ":one": 1, ":true": True, ":purge": tombstone_until}
                 ),
             }
         )
