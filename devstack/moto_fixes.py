@@ -1,4 +1,5 @@
-"""Three fixes to moto that a long-running local stack needs: memory that stays flat, transactions that stay fast.
+"""Four fixes to moto: memory that stays flat and transactions that stay fast (a long-running local stack needs both),
+and transactions idempotent under their token, as on AWS.
 
 **Every moto model instance was kept forever.** moto's ``BaseModel.__new__`` appends each instance it creates to its
 class's ``instances_tracked`` list (for the moto server's dashboard), so every DynamoDB ``Item`` a read copied, every
@@ -17,7 +18,14 @@ per execution: the execution, its program, each Map iteration and Parallel branc
 module-level list, ``TMP_THREADS``, that nothing reads or empties. Here each new execution first drops the threads
 of that list that have finished.
 
-All three are installed by :func:`devstack.lambdas.install` (the one call every local runtime makes: tests, the local
+**TransactWriteItems ignored its ClientRequestToken.** DynamoDB makes a transaction idempotent under its token: for
+10 minutes after the first request that used it completes, the same token with the same parameters is answered as
+a success without writing again, and with other parameters refused ``IdempotentParameterMismatchException``; a
+request that failed (cancelled) leaves the token unused (API reference, TransactWriteItems, ClientRequestToken).
+moto 5.2 reads the token nowhere, so a retry of a committed transaction whose answer was lost was cancelled by its
+own condition here and not on AWS. Here moto's handler keeps the tokens of committed transactions for 10 minutes.
+
+All four are installed by :func:`devstack.lambdas.install` (the one call every local runtime makes: tests, the local
 stack, benchmarks) and removed by :func:`devstack.lambdas.uninstall`.
 """
 
@@ -25,7 +33,10 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import json
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,13 +44,15 @@ from typing import Any
 import moto.dynamodb.models as dynamodb_models
 from moto.core.common_models import BaseModel
 from moto.core.model_instances import model_data
+from moto.dynamodb.exceptions import ERROR_TYPE_PREFIX, DynamodbException
 from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
+from moto.dynamodb.responses import DynamoHandler
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from devstack import serializable
+from devstack import item_size, serializable
 
 _installed: dict[str, Any] = {}
 _journaling = threading.local()
@@ -175,11 +188,62 @@ def _pruning(start: Callable[..., Any]) -> Callable[..., Any]:
     return start_pruned
 
 
+# ------------------------------------------------------------------ idempotent transactions
+
+IDEMPOTENCY_WINDOW_SECONDS = 600  # DynamoDB: a client request token is valid for 10 minutes
+_tokens: dict[tuple[str, str, str], tuple[str, float]] = {}  # (account, region, token) -> (parameters, completed)
+
+
+class IdempotentParameterMismatch(DynamodbException):
+    def __init__(self) -> None:
+        super().__init__(
+            ERROR_TYPE_PREFIX + "IdempotentParameterMismatchException",
+            "the ClientRequestToken was used in the last 10 minutes by a request with other parameters",
+        )
+
+
+def _clock() -> float:
+    return time.monotonic()
+
+
+def _idempotent(inner: Callable[..., Any]) -> Callable[..., Any]:
+    def transact_write_items(self: Any) -> Any:
+        token = self.body.get("ClientRequestToken")
+        if not token:
+            return inner(self)
+        parameters = {name: value for name, value in self.body.items() if name != "ClientRequestToken"}
+        digest = hashlib.sha256(json.dumps(parameters, sort_keys=True).encode()).hexdigest()
+        entry = (self.current_account, self.region, token)
+        with serializable._LOCK:
+            now = _clock()
+            for old, (_, completed) in list(_tokens.items()):  # oldest first: drop what left the window
+                if now - completed < IDEMPOTENCY_WINDOW_SECONDS:
+                    break
+                del _tokens[old]
+            seen = _tokens.get(entry)
+            if seen is not None:
+                if seen[0] != digest:
+                    raise IdempotentParameterMismatch()
+                return _success()  # committed before: the same answer, nothing written again
+            result = inner(self)  # a cancelled transaction raises: its token stays unused
+            _tokens[entry] = (digest, now)
+            return result
+
+    transact_write_items.__doc__ = "moto's TransactWriteItems handler, idempotent under ClientRequestToken (devstack)"
+    return transact_write_items
+
+
+def _success() -> Any:
+    from moto.core.responses import ActionResult
+
+    return ActionResult({"ConsumedCapacity": [], "ItemCollectionMetrics": {}})  # what moto answers a commit
+
+
 # ------------------------------------------------------------------ install
 
 
 def install() -> None:
-    """Apply the three fixes (idempotent)."""
+    """Apply the four fixes (idempotent)."""
     if _installed:
         return
     _track_weakly()
@@ -191,6 +255,11 @@ def install() -> None:
     setattr(dynamodb_models, "copy", _CopyWithoutTables())  # noqa: B010
     _installed["ExecutionWorker.start"] = ExecutionWorker.__dict__["start"]
     setattr(ExecutionWorker, "start", _pruning(_installed["ExecutionWorker.start"]))  # noqa: B010
+    item_size.install()  # DynamoDB's 400 KB item limit as DynamoDB counts it (devstack/item_size.py)
+    _installed["DynamoHandler.transact_write_items"] = DynamoHandler.__dict__["transact_write_items"]
+    setattr(  # noqa: B010
+        DynamoHandler, "transact_write_items", _idempotent(_installed["DynamoHandler.transact_write_items"])
+    )
 
 
 def uninstall() -> None:
@@ -200,4 +269,7 @@ def uninstall() -> None:
     setattr(BaseModel, "__new__", _installed.pop("BaseModel.__new__"))  # noqa: B010
     DynamoDBBackend.transact_write_items = _installed.pop("transact_write_items")  # type: ignore[method-assign]
     setattr(dynamodb_models, "copy", _installed.pop("copy"))  # noqa: B010
+    item_size.uninstall()
     setattr(ExecutionWorker, "start", _installed.pop("ExecutionWorker.start"))  # noqa: B010
+    setattr(DynamoHandler, "transact_write_items", _installed.pop("DynamoHandler.transact_write_items"))  # noqa: B010
+    _tokens.clear()

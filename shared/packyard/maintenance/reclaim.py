@@ -50,7 +50,7 @@ def reclaim_blob(blob: BlobRecord, now: int) -> str:
     if not reclaims.claim_blob(blob, now=now, until=until):
         return "kept"  # a publish took a reference (or another sweep holds the claim): nothing to do
     blobs.delete(blobs.blob_key(blob.tenant, blob.sha256))
-    claimed = blob.model_copy(update={"reclaiming": blob.generation})
+    claimed = blob.model_copy(update={"reclaiming": blob.generation, "reclaim_until": until})
     if not reclaims.finish_reclaim(claimed, now, tombstone_until=now + limits().orphan_tombstone_seconds):
         return "raced"
     if blob.orphan:

@@ -62,6 +62,12 @@ def check_blob(blob: BlobRecord, now: int) -> str:
     _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by="scrub")
     catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
     return problem if blob.corrupt_at is None else f"still_{problem}"
+    # Marking is never undone: decide on the record as stored, not on the index's (eventually consistent) image of
+    # it. A record reclaimed, being reclaimed, unreferenced or moved by a publish or a release since has an object
+    # that may rightly be gone or replaced: nothing is marked, and a record still due is checked again next run.
+    current = reclaims.read_blobs(tenant, [blob.sha256]).get(blob.sha256)
+    if current is None or current.reclaiming is not None or current.refs == 0 or current.generation != blob.generation:
+        raise ClaimLost(f"blob {blob.sha256} changed since it was found due")
 
 
 def found_unusable(

@@ -6,9 +6,11 @@ last attempt parked (out of the sweeps' reach, still listed, ``SweepItemsParked`
 never silently dropped. The first page of shard 0 of each kind also reports how many of its items are parked
 (``parked_total``).
 
-- **Upload sessions.** Awaiting upload past the deadline → ``expired``, reservation returned, staging objects
-  deleted. Verifying past the reservation window → its execution is looked up: still running → looked at again
-  later; ended (or never started) without settling → rejected (reservation returned, staging deleted).
+- **Upload sessions.** Awaiting upload past the deadline → ``expired``, reservation returned (a write fenced on the
+  session's state and token, so an old index image of a session completed meanwhile changes nothing), then staging
+  objects deleted and the session out of the due index. Verifying past the reservation window → its execution is
+  looked up: still running → looked at again later; ended (or never started) without settling → rejected
+  (reservation returned, staging deleted).
 - **Cleanup jobs** (``maintenance.jobs``): claimed, run, deleted; a failure is retried with backoff, then parked.
   An expired session whose staging objects could not be deleted gets a ``staging`` job.
 - **Operations** past their lease → the execution of their attempt is looked up (never guessed): running → left
@@ -106,6 +108,14 @@ def _parked_total(kind: DueKind) -> int:
         return 0
 
 
+def _finish_expired(upload: Upload, now: int) -> None:
+    """An expired session's staged objects are deleted (or, failing that, handed to a ``staging`` cleanup job), then
+    it leaves the due index."""
+    if not rejection.discard_staging(upload):
+        _retry_staging(upload, now)
+    catalog.drop_upload_due(upload)
+
+
 def _retry_staging(upload: Upload, now: int) -> None:
     """The staging objects could not be deleted: a ``staging`` cleanup job retries it (with backoff)."""
     jobs.enqueue(upload.tenant, jobs.JobKind.STAGING, {"uploadId": upload.upload_id, "token": upload.token}, now)
@@ -136,13 +146,19 @@ def _sweep_upload(item: dict[str, Any], now: int) -> str:
     if upload.state is UploadState.AWAITING_UPLOAD:
         if now < upload.expires_at:
             return "not_due"
-        # staging first: a crash after it leaves the session due, and the re-run ends it; a crash after the settle
-        # would leave the objects to the bucket's lifecycle rule. Nobody can complete a session past its deadline.
-        staged_gone = rejection.discard_staging(upload)
-        catalog.settle_upload_without_release(upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now))
-        if not staged_gone:
-            _retry_staging(upload, now)
+        # The index is eventually consistent: this may be an old image of a session its client completed just
+        # before the deadline (verifying now, its staged archive being read). The fenced settle decides, on the
+        # state and token as stored (ClaimLost: counted raced, nothing deleted); only then does the staging go. The
+        # session stays due until it has, so a crash in between leaves the next run an expired session to finish.
+        catalog.settle_upload_without_release(
+            upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now), keep_due=True
+        )
+        _finish_expired(upload.model_copy(update={"state": UploadState.EXPIRED}), now)
         return "expired"
+    if upload.state is UploadState.EXPIRED:
+        # expired and still due: a sweep died before its staging was deleted, or a read expired it (expire_if_due)
+        _finish_expired(upload, now)
+        return "staging_discarded"
     if upload.state is UploadState.VERIFYING:
         status = workflows.execution_status(upload.execution_arn) if upload.execution_arn else None
         if status == RUNNING:
@@ -155,7 +171,14 @@ def _sweep_upload(item: dict[str, Any], now: int) -> str:
 
 
 def _sweep_operation(item: dict[str, Any], now: int) -> str:
-    op = workspace.operation_from_due(item)
+    seen = workspace.operation_from_due(item)
+    if seen.state not in workspace.DUE_STATES or seen.lease_until > now:
+        return "not_due"
+    # what to do depends on the operation's state and attempt: read them consistently, not from the index's image
+    # (eventually consistent: an operation resumed, decided or committed since may show its old state there)
+    op = workspace.get_operation(seen.tenant, seen.workspace, seen.operation_id)
+    if op is None:
+        return "gone"
     if op.state not in workspace.DUE_STATES or op.lease_until > now:
         return "not_due"
     status = workflow.status(op)
@@ -165,7 +188,9 @@ def _sweep_operation(item: dict[str, Any], now: int) -> str:
         # admission recorded it and died before starting its workflow: start it now (idempotent by name)
         workflow.start(op)
         return "started"
-    settlement.settle_task(op.tenant, op.workspace, op.installation_id, op.operation_id, _ended_with(op, status))
+    settlement.settle_task(
+        op.tenant, op.workspace, op.installation_id, op.operation_id, _ended_with(op, status), attempt=op.attempt
+    )
     return "settled"
 
 

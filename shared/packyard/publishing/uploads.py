@@ -196,7 +196,10 @@ def expire_if_due(upload: Upload) -> Upload:
     if upload.state is not UploadState.AWAITING_UPLOAD or now < upload.expires_at:
         return upload
     try:
-        catalog.settle_upload_without_release(upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now))
+        # stays due: the expiry sweep deletes its staged objects (a read deletes nothing)
+        catalog.settle_upload_without_release(
+            upload, UploadState.EXPIRED, None, now, retain_until=retained_until(now), keep_due=True
+        )
     except ClaimLost:
         return catalog.get_upload(upload.tenant, upload.upload_id)
     return upload.model_copy(update={"state": UploadState.EXPIRED, "reserved_bytes": 0, "settled_at": now})

@@ -198,7 +198,7 @@ def create_upload(upload: Upload, *, quota_bytes: int) -> bool:
             }
         )
     try:
-        transact(items)
+        transact(items, step="upload.create")
     except TransactionCancelled as cancelled:
         if cancelled.failed(1):
             old = cancelled.old_item(1)
@@ -228,32 +228,58 @@ def start_verifying(upload: Upload, execution_arn: str, *, check_by: int) -> Upl
         {"#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE},
     )
     try:
-        transact([item])
+        transact([item], step="upload.start_verifying")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
     return upload.model_copy(update={"state": UploadState.VERIFYING, "execution_arn": execution_arn})
 
 
 def settle_upload_without_release(
-    upload: Upload, state: UploadState, rejection: dict[str, Any] | None, now: int, *, retain_until: int
+    upload: Upload,
+    state: UploadState,
+    rejection: dict[str, Any] | None,
+    now: int,
+    *,
+    retain_until: int,
+    keep_due: bool = False,
 ) -> None:
-    """verifying/awaiting_upload → rejected/expired: record why and give the reservation back, atomically."""
+    """verifying/awaiting_upload → rejected/expired: record why and give the reservation back, atomically. With
+    ``keep_due`` the session stays in the due index (where it is) until :func:`drop_upload_due`: its staged objects
+    are deleted after this write, and a crash before that leaves the expiry sweep a session to finish."""
     update = f"SET #state = :final, reservedBytes = :zero, settledAt = :now, {dynamo.TTL_ATTRIBUTE} = :purge"
     values: dict[str, Any] = {":final": str(state), ":zero": 0, ":now": now, ":purge": retain_until}
     if rejection is not None:
         update += ", rejection = :rejection"
         values[":rejection"] = rejection
-    update += f" REMOVE {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}"
+    if not keep_due:
+        update += f" REMOVE {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}"
     items = [_fenced_upload_update(upload, update, values, {})]
     if upload.reserved_bytes:
         items.append(_usage_delta(upload.tenant, -upload.reserved_bytes))
     try:
-        transact(items)
+        transact(items, step="upload.settle")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
 
 
 @dataclass(frozen=True)
+def drop_upload_due(upload: Upload) -> bool:
+    """A settled session whose staged objects are gone (or handed to a cleanup job) leaves the due index. Fenced on
+    its state and token as read; False when it is not (any more) that session in that state."""
+    pk, sk = upload_key(upload.tenant, upload.upload_id)
+    updated = dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": f"REMOVE {due.SHARD_ATTRIBUTE}, {due.AT_ATTRIBUTE}, {due.ATTEMPTS_ATTRIBUTE}, "
+            f"{due.ERROR_ATTRIBUTE}",
+            "ConditionExpression": "#state = :state AND #token = :token",
+            "ExpressionAttributeNames": {"#state": "state", "#token": "token"},
+            "ExpressionAttributeValues": marshal({":state": str(upload.state), ":token": upload.token}),
+        }
+    )
+    return updated is not None
+
+
 class PublishOutcome:
     """Why a publish transaction was cancelled, read from ReturnValuesOnConditionCheckFailure."""
 
@@ -342,7 +368,7 @@ def publish_release(
     if returned:
         items.append(_usage_delta(upload.tenant, -returned))
     try:
-        transact(items)
+        transact(items, step="upload.publish")
     except TransactionCancelled as cancelled:
         old_release = cancelled.old_item(0) if cancelled.failed(0) else None
         return PublishOutcome(
@@ -397,7 +423,7 @@ def settle_upload_as_duplicate(upload: Upload, now: int, *, retain_until: int) -
     if upload.reserved_bytes:
         settle_items.append(_usage_delta(upload.tenant, -upload.reserved_bytes))
     try:
-        transact(settle_items)
+        transact(settle_items, step="upload.publish_duplicate")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
 
@@ -492,7 +518,7 @@ def postpone_upload_check(upload: Upload, check_by: int) -> None:
     due_at = due.attributes(due.DueKind.UPLOAD, upload.upload_id, check_by)
     item = _fenced_upload_update(upload, "SET #at = :at", {":at": due_at[due.AT_ATTRIBUTE]}, {"#at": due.AT_ATTRIBUTE})
     try:
-        transact([item])
+        transact([item], step="upload.postpone_check")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
 

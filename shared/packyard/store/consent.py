@@ -46,7 +46,7 @@ def await_consent(op: Operation, waiting: Operation, wait: ConsentWait) -> Opera
         slot_renewal(op, wait.deadline, None),
     ]
     try:
-        transact(items)
+        transact(items, step="consent.await")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} lost its claim before awaiting consent") from cancelled
     return waiting
@@ -67,7 +67,7 @@ def refresh_consent_token(op: Operation, wait: ConsentWait) -> None:
         _operation_is(op),
     ]
     try:
-        transact(items)
+        transact(items, step="consent.refresh_token")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} no longer awaits consent") from cancelled
 
@@ -140,7 +140,7 @@ def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionCon
         slot_renewal(op, decided.lease_until, None),
     ]
     try:
-        transact(items)
+        transact(items, step="consent.decide")
     except TransactionCancelled as cancelled:
         old = cancelled.old_item(0) if cancelled.failed(0) else None
         return DecisionConflict(

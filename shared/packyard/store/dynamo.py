@@ -6,6 +6,10 @@ never guessed at.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import random
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Clamped, Context, Decimal, Inexact, Overflow, Rounded, Underflow
@@ -14,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from packyard.config import required
-from packyard.errors import StoredItemInvalid, TransientStoreError
+from packyard.errors import StoredItemInvalid, StoreFailure, TransientStoreError
 from packyard.store import cursors
 from packyard.store.aws import client, error_code, translate
 
@@ -28,6 +32,13 @@ STORAGE_ATTRIBUTES = ("pk", "sk", TTL_ATTRIBUTE, "dueShard", "dueAt", "dueAttemp
 
 # DynamoDB numbers: at most 38 significant digits, exponents -130..125; a number outside is refused, never rounded
 # (the context boto3's serializer uses)
+# BatchGetItem: attempts at the keys DynamoDB left unprocessed, and the backoff between them (0.05, 0.1, … 1 s)
+BATCH_GET_ATTEMPTS = 8
+BACKOFF_BASE_SECONDS = 0.05
+BACKOFF_CAP_SECONDS = 1.0
+# TransactWriteItems' ClientRequestToken: 1 to 36 characters
+REQUEST_TOKEN_LENGTH = 36
+
 NUMBER_CONTEXT = Context(Emin=-128, Emax=126, prec=38, traps=[Clamped, Overflow, Inexact, Rounded, Underflow])
 
 
@@ -62,9 +73,9 @@ def attribute_value(value: Any) -> dict[str, Any]:
         return {"L": [attribute_value(v) for v in value]}
     if isinstance(value, set | frozenset) and value:
         if all(isinstance(v, str) for v in value):
-            return {"SS": list(value)}
+            return {"SS": sorted(value)}  # sorted: the same set is the same request (and request token)
         if all(isinstance(v, int | float | Decimal) and not isinstance(v, bool) for v in value):
-            return {"NS": [_number(v) for v in value]}
+            return {"NS": sorted(_number(v) for v in value)}
     if isinstance(value, bytes | bytearray):
         return {"B": bytes(value)}
     raise TypeError(f"no DynamoDB attribute value for {type(value).__name__} {value!r:.80}")
@@ -138,7 +149,11 @@ def batch_get(keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, An
     wanted = list(dict.fromkeys(keys))
     found: dict[tuple[str, str], dict[str, Any]] = {}
     request: dict[str, Any] = {table_name(): {"Keys": [key(pk, sk) for pk, sk in wanted], "ConsistentRead": True}}
-    for _ in range(8):
+    for attempt in range(BATCH_GET_ATTEMPTS):
+        if attempt:
+            # DynamoDB's advice for unprocessed keys: retry them with exponential backoff (an immediate retry meets
+            # the same throttle); full jitter spreads the retries of concurrent callers apart
+            time.sleep(backoff_delay(attempt, random.random()))
         try:
             response = dynamodb().batch_get_item(RequestItems=request)
         except Exception as exc:
@@ -149,6 +164,14 @@ def batch_get(keys: list[tuple[str, str]]) -> dict[tuple[str, str], dict[str, An
         if not request:
             return found
     raise TransientStoreError("BatchGetItem kept returning unprocessed keys")
+
+
+def backoff_delay(attempt: int, fraction: float) -> float:
+    """Seconds to wait before retry ``attempt`` (1, 2, …) of unprocessed keys: "full jitter", a ``fraction`` (0..1)
+    of an exponentially growing ceiling, ``BACKOFF_BASE_SECONDS * 2**(attempt - 1)`` capped at
+    ``BACKOFF_CAP_SECONDS``."""
+    ceiling: float = min(BACKOFF_CAP_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** (attempt - 1))
+    return ceiling * min(max(fraction, 0.0), 1.0)
 
 
 def get(pk: str, sk: str, *, consistent: bool = True) -> dict[str, Any] | None:
@@ -203,17 +226,48 @@ class TransactionCancelled(Exception):
         return self.reasons[index].get("Item") if index < len(self.reasons) else None
 
 
-def transact(items: list[dict[str, Any]]) -> None:
-    """TransactWriteItems; condition failures surface as TransactionCancelled with per-item reasons."""
+# cancellation reasons a retry cannot fix (TransactWriteItems API reference, CancellationReason): an item over 400 KB
+# or another validation error, an item collection over 10 GB
+REFUSED_REASONS = frozenset({"ValidationError", "ItemCollectionSizeLimitExceeded"})
+
+
+def transact(items: list[dict[str, Any]], *, step: str, attempt: str | None = None) -> None:
+    """TransactWriteItems; condition failures surface as TransactionCancelled with per-item reasons.
+
+    Every transaction carries a ``ClientRequestToken`` derived from ``step`` (what the write is, e.g.
+    ``upload.create``), ``attempt`` (only where the same step may legitimately write the same items twice within
+    DynamoDB's 10-minute idempotency window) and the items themselves (whose keys name the upload, operation or
+    blob, and whose conditions name the fence). A retry of a transaction that committed but whose answer was lost
+    (botocore's own retry, or a re-run that builds the same items) is then answered as the success it was, instead
+    of being cancelled by its own condition. Other parameters under the same token are refused by DynamoDB
+    (IdempotentParameterMismatch); the items are part of the token, so that cannot happen here."""
     try:
-        dynamodb().transact_write_items(TransactItems=items)
+        dynamodb().transact_write_items(TransactItems=items, ClientRequestToken=request_token(step, items, attempt))
     except Exception as exc:
         if error_code(exc) == "TransactionCanceledException":
             reasons = getattr(exc, "response", {}).get("CancellationReasons", [])
             if any(r.get("Code") == "ConditionalCheckFailed" for r in reasons):
                 raise TransactionCancelled(reasons) from exc
+            refused = next((r["Code"] for r in reasons if r.get("Code") in REFUSED_REASONS), None)
+            if refused is not None:  # an item grew past 400 KB (or the like): a retry meets the same refusal
+                raise StoreFailure(f"DynamoDB refused the transaction ({refused})") from exc
             raise TransientStoreError("transaction conflict, retry") from exc
         raise translate_error(exc) from exc
+
+
+def request_token(step: str, items: list[dict[str, Any]], attempt: str | None = None) -> str:
+    """The ``ClientRequestToken`` of a transaction (see :func:`transact`): 36 hex digits (DynamoDB's maximum length)
+    of a sha256 over the step, the attempt and the items (sets are written sorted; bytes count as hex)."""
+    canonical = json.dumps(
+        {"step": step, "attempt": attempt, "items": items}, sort_keys=True, separators=(",", ":"), default=_canonical
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:REQUEST_TOKEN_LENGTH]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).hex()
+    raise TypeError(f"no canonical form for {type(value).__name__}")
 
 
 def update(params: dict[str, Any]) -> dict[str, Any] | None:

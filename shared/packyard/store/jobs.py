@@ -20,6 +20,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from uuid import uuid4
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,7 +80,8 @@ def put_item(tenant: str, kind: str, subject: Mapping[str, str], *, due_at: int,
 
 
 def put(tenant: str, kind: str, subject: Mapping[str, str], *, due_at: int, now: int) -> None:
-    dynamo.transact([put_item(tenant, kind, subject, due_at=due_at, now=now)])
+    # every enqueue re-arms the job (see put_item), even one identical to an enqueue a minute ago: its own attempt
+    dynamo.transact([put_item(tenant, kind, subject, due_at=due_at, now=now)], step="job.enqueue", attempt=uuid4().hex)
 
 
 def job_from_item(item: dict[str, Any]) -> StoredJob:

@@ -13,6 +13,7 @@ fenced by ``holdGeneration``: every hold change bumps it in the same transaction
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from packyard.publishing.models import Release, ReleaseStatus
@@ -197,7 +198,7 @@ def release_blobs(release: Release, blobs: dict[str, BlobRecord], now: int) -> b
             change["ExpressionAttributeNames"] = names
         items.append({"Update": change})
     try:
-        transact(items)
+        transact(items, step="release.give_back_blobs")
     except TransactionCancelled:
         return False
     return True
@@ -263,7 +264,7 @@ def finish_reclaim(blob: BlobRecord, now: int, *, tombstone_until: int) -> bool:
     if blob.size:
         items.append(catalog._usage_delta(tenant, -blob.size))
     try:
-        transact(items)
+        transact(items, step="blob.finish_reclaim", attempt=_claim_attempt(blob))
     except TransactionCancelled:
         return False
     return True
@@ -289,11 +290,19 @@ def mark_orphan(tenant: str, sha256: str, size: int, now: int) -> bool:
                         "ConditionExpression": "attribute_not_exists(pk)",
                     }
                 }
-            ]
+            ],
+            step="blob.mark_orphan",
         )
     except TransactionCancelled:
         return False
     return True
+
+
+def _claim_attempt(blob: BlobRecord) -> str:
+    """What tells one reclaim of a blob from another: a record reclaimed, published again and given back within
+    minutes can be claimed at the same generation again, and its finishing transaction would then be the same
+    items. The claim's end (``reclaimUntil``, set by each claim) differs; without it, a fresh token per call."""
+    return str(blob.reclaim_until) if blob.reclaim_until is not None else secrets.token_hex(8)
 
 
 def _tenant_of(blob: BlobRecord) -> str:

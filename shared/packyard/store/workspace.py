@@ -308,7 +308,7 @@ def admit(
             cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
             items.append({"Delete": {"TableName": table_name(), "Key": key(cpk, csk)}})
     try:
-        transact(items)
+        transact(items, step="operation.admit")
     except TransactionCancelled as cancelled:
         old = cancelled.old_item(0) if cancelled.failed(0) else None
         return AdmissionConflict(
@@ -336,7 +336,7 @@ def transition(
     if drop_consent_wait:
         items.append(consent_wait_deletion(op))
     try:
-        transact(items)
+        transact(items, step="operation.transition")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} lost its claim (version {op.version})") from cancelled
     return updated
@@ -424,7 +424,7 @@ def commit(
     for package, version in let_go or []:
         items.extend(reclaims.let_go(holder(package, version), plan.updated_at))
     try:
-        transact(items)
+        transact(items, step="operation.commit")
     except TransactionCancelled as cancelled:
         return CommitConflict(
             installation_changed=cancelled.failed(0),
@@ -490,7 +490,7 @@ def settle(
             }
         )
     try:
-        transact(items)
+        transact(items, step="operation.settle")
     except TransactionCancelled as cancelled:
         if cancelled.failed(0) or (holds_slot and cancelled.failed(1)):
             raise ClaimLost(f"operation {op.operation_id} lost its claim while settling") from cancelled
