@@ -36,7 +36,7 @@ from typing import Any
 from moto.awslambda.models import LambdaBackend
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
-from devstack import counting, moto_fixes
+from devstack import counting, limits, moto_fixes
 from devstack.template import ROOT, FunctionSpec, Stack
 
 _PATCHED_CLASSES: tuple[type, ...] = (LambdaBackend, LambdaSimpleBackend)
@@ -98,8 +98,10 @@ def register(spec: FunctionSpec) -> None:
 def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> None:
     """Patch moto's Lambda backends (idempotent) and register the stack's functions plus ``extra`` ones. Also
     applies :mod:`devstack.moto_fixes` (flat memory, transactions without table copies): every local runtime
-    installs the dispatcher, so every one gets them."""
+    installs the dispatcher, so every one gets them. And :mod:`devstack.limits` (AWS's payload, concurrency and
+    history limits), for the same reason."""
     moto_fixes.install()
+    limits.install()
     with _lock:
         for cls in _PATCHED_CLASSES:
             if cls not in _originals:
@@ -118,6 +120,7 @@ def uninstall() -> None:
         _functions.clear()
         _modules.clear()
         _invocations.clear()
+    limits.uninstall()
     moto_fixes.uninstall()
 
 
@@ -178,11 +181,17 @@ def _make_invoke(cls: type) -> Callable[..., Any]:
         invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
         if invocation_type == "DryRun":
             return b""
-        if invocation_type == "Event":
-            # Async invoke: AWS queues it and answers 202 at once.
-            threading.Thread(target=_run, args=(spec, body, {}), daemon=True).start()
+        asynchronous = invocation_type == "Event"
+        ceiling = limits.LAMBDA_ASYNC_REQUEST_BYTES if asynchronous else limits.LAMBDA_SYNC_REQUEST_BYTES
+        size = len(body.encode("utf-8") if isinstance(body, str) else body or b"")
+        if size > ceiling and limits.enforced("lambda_payload"):
+            raise limits.RequestEntityTooLarge(ceiling)
+        if asynchronous:
+            # Async invoke: AWS queues it and answers 202 at once (a throttled event waits in Lambda's queue).
+            threading.Thread(target=_run_counted, args=(spec, body), daemon=True).start()
             return b""
-        payload = _run(spec, body, response_headers)
+        with limits.invocation(spec.name, spec.reserved_concurrency):  # TooManyRequestsException past the ceiling
+            payload = _run(spec, body, response_headers)
         response_headers["Content-Length"] = str(len(payload))
         return payload
 
@@ -204,15 +213,41 @@ def invoke_handler(spec: FunctionSpec, event: Any) -> Any:
     """Call the function's handler directly (as API Gateway's Lambda proxy integration would) and return
     what it returns. Exceptions propagate to the caller, after being recorded in :func:`invocations`.
     Needs no moto patch: the local HTTP API uses it; Step Functions goes through :func:`install`.
+
+    Lambda's limits apply (:mod:`devstack.limits`): an event over 6,291,456 bytes, a call above the function's
+    reserved concurrency or a response over 6,291,556 bytes raise :class:`devstack.limits.LambdaLimitError` (the
+    integration fails: the local server answers API Gateway's 500).
     """
+    enforce_payload = limits.enforced("lambda_payload")
+    if enforce_payload and len(json.dumps(event).encode("utf-8")) > limits.LAMBDA_SYNC_REQUEST_BYTES:
+        _record(Invocation(spec.name, event, "RequestEntityTooLargeException"))
+        raise limits.LambdaLimitError(
+            "RequestEntityTooLargeException", f"Request must be smaller than {limits.LAMBDA_SYNC_REQUEST_BYTES} bytes"
+        )
     try:
-        with _container(spec) as handler:
+        with limits.invocation(spec.name, spec.reserved_concurrency), _container(spec) as handler:
             result = handler(event, context_for(spec))
+    except limits.TooManyRequests as exc:
+        _record(Invocation(spec.name, event, "TooManyRequestsException"))
+        raise limits.LambdaLimitError("TooManyRequestsException", exc.message) from None
     except Exception as exc:
         _record(Invocation(spec.name, event, type(exc).__name__))
         raise
+    if enforce_payload:
+        size = len(json.dumps(result).encode("utf-8"))
+        if size > limits.LAMBDA_SYNC_RESPONSE_BYTES:
+            error_type, message = limits.response_too_large(size)
+            _record(Invocation(spec.name, event, error_type))
+            raise limits.LambdaLimitError(error_type, message)
     _record(Invocation(spec.name, event, None, result))
     return result
+
+
+def _run_counted(spec: FunctionSpec, body: Any) -> bytes:
+    """An async invocation: counted in the function's concurrency while it runs (never throttled here: AWS keeps a
+    throttled event in its queue and retries it)."""
+    with limits.invocation(spec.name, None):
+        return _run(spec, body, {})
 
 
 def _run(spec: FunctionSpec, body: Any, response_headers: Any) -> bytes:
@@ -233,6 +268,11 @@ def _run(spec: FunctionSpec, body: Any, response_headers: Any) -> bytes:
         _record(Invocation(spec.name, event, "Runtime.MarshalError"))
         response_headers["x-amz-function-error"] = "Unhandled"
         return _error_payload("Runtime.MarshalError", f"Unable to marshal response: {exc}", [])
+    if len(payload) > limits.LAMBDA_SYNC_RESPONSE_BYTES and limits.enforced("lambda_payload"):
+        error_type, message = limits.response_too_large(len(payload))
+        _record(Invocation(spec.name, event, error_type))
+        response_headers["x-amz-function-error"] = "Unhandled"
+        return _error_payload(error_type, message, [])
     _record(Invocation(spec.name, event, None, result))
     return payload
 

@@ -66,6 +66,7 @@ class FunctionSpec:
     environment: Mapping[str, str] = field(default_factory=dict)
     timeout: int = 3
     memory_size: int = 128
+    reserved_concurrency: int | None = None  # ReservedConcurrentExecutions (None: unreserved); devstack.limits
 
 
 @dataclass(frozen=True)
@@ -471,6 +472,12 @@ def _merged_function(globals_: Mapping[str, Any], props: Mapping[str, Any]) -> d
     return merged
 
 
+def _reserved(resolver: _Resolver, logical_id: str, merged: Mapping[str, Any]) -> int | None:
+    """The function's ReservedConcurrentExecutions as the template resolves it (None: not reserved)."""
+    value = resolver.resolve({"v": merged.get("ReservedConcurrentExecutions")}, logical_id).get("v")
+    return None if value is None else int(value)
+
+
 # ------------------------------------------------------------------ the stack
 
 
@@ -593,6 +600,7 @@ def create_stack(
             environment={k: str(v) for k, v in variables.items()},
             timeout=int(merged.get("Timeout", 3)),
             memory_size=int(merged.get("MemorySize", 128)),
+            reserved_concurrency=_reserved(resolver, logical_id, merged),
         )
 
     return Stack(
