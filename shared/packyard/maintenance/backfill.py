@@ -18,7 +18,7 @@ from typing import Any
 
 from packyard import clock
 from packyard.config import limits
-from packyard.store import backfill, dynamo
+from packyard.store import backfill
 
 PAGE = 500
 
@@ -30,22 +30,21 @@ def first_check_at(sha256: str, now: int) -> int:
 
 def backfill_page(now: int, *, start: dict[str, Any] | None = None, limit: int = PAGE) -> tuple[Counter[str], Any]:
     """One page of the pass: what it did, and where the next page starts (None: the table is done)."""
-    items, next_start = backfill.scan_page(limit=limit, start=start)
+    scanned, next_start = backfill.scan_page(limit=limit, start=start)
     counts: Counter[str] = Counter()
-    for raw in items:
-        item = dynamo.unmarshal(raw)
-        tenant = str(item["pk"]).removeprefix("TENANT#").partition("#")[0]
-        if item["sk"] == "BLOB":
-            if item.get("orphan") or item.get(dynamo.TTL_ATTRIBUTE) is not None:
+    for entry in scanned:
+        if isinstance(entry, backfill.ScannedBlob):
+            if entry.reclaimed:
                 counts["blob_skipped"] += 1  # an orphan (or its tombstone): reclamation's, not the scrub's
-            elif backfill.schedule_first_check(tenant, str(item["sha256"]), first_check_at(str(item["sha256"]), now)):
+            elif backfill.schedule_first_check(entry.tenant, entry.sha256, first_check_at(entry.sha256, now)):
                 counts["blob_scheduled"] += 1
             else:
                 counts["blob_already_due"] += 1
             continue
-        release = f"{item['package']}@{item['version']}"
-        for sha256 in {str(item["archiveSha256"]), str(item["manifestDigest"])}:
-            counts["release_recorded" if backfill.add_release_to_blob(tenant, sha256, release) else "blob_gone"] += 1
+        release = f"{entry.package}@{entry.version}"
+        for sha256 in entry.digests:
+            recorded = backfill.add_release_to_blob(entry.tenant, sha256, release)
+            counts["release_recorded" if recorded else "blob_gone"] += 1
     return counts, next_start
 
 

@@ -6,13 +6,49 @@ A Scan is used here and nowhere else: this is an operator's one-off pass over th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from packyard.store import catalog, due, dynamo
 from packyard.store.dynamo import key, marshal
 
 
-def scan_page(*, limit: int, start: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+@dataclass(frozen=True)
+class ScannedBlob:
+    """A blob record. ``reclaimed``: an orphan, or its tombstone (reclamation's, not the scrub's)."""
+
+    tenant: str
+    sha256: str
+    reclaimed: bool
+
+
+@dataclass(frozen=True)
+class ScannedRelease:
+    """A release: the blobs it is made of (its archive and its manifest)."""
+
+    tenant: str
+    package: str
+    version: str
+    digests: frozenset[str]
+
+
+def scan_page(*, limit: int, start: dict[str, Any] | None) -> tuple[list[ScannedBlob | ScannedRelease], Any]:
+    """One page of release and blob items, read from their keys and attributes, and where the next page starts
+    (opaque; None: done)."""
+    raw, next_start = _scan(limit=limit, start=start)
+    scanned: list[ScannedBlob | ScannedRelease] = []
+    for values in (dynamo.unmarshal(item) for item in raw):
+        tenant = str(values["pk"]).removeprefix("TENANT#").partition("#")[0]
+        if values["sk"] == "BLOB":
+            reclaimed = bool(values.get("orphan")) or values.get(dynamo.TTL_ATTRIBUTE) is not None
+            scanned.append(ScannedBlob(tenant, str(values["sha256"]), reclaimed))
+        else:
+            digests = frozenset({str(values["archiveSha256"]), str(values["manifestDigest"])})
+            scanned.append(ScannedRelease(tenant, str(values["package"]), str(values["version"]), digests))
+    return scanned, next_start
+
+
+def _scan(*, limit: int, start: dict[str, Any] | None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """One page of release and blob items (by sort key), and the raw key to start the next page at (None: done)."""
     params: dict[str, Any] = {
         "TableName": dynamo.table_name(),
