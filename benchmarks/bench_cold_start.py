@@ -1,6 +1,6 @@
 """Cold start: a fresh interpreter importing each handler *and answering its first invocation*, against the floor.
 
-The floor for this job (shared/DESIGN.md, "Targets"; issue 11): a bare Powertools ``APIGatewayHttpResolver`` that
+The floor for this job (docs/architecture.md "Targets"): a bare Powertools ``APIGatewayHttpResolver`` that
 builds one boto3 DynamoDB client and answers one request with one ``GetItem``, against the same endpoint in the same
 run. Also printed: the ratio against the bare resolver alone (no boto3, answers ``{}``), the figure the earlier
 version of this benchmark printed.

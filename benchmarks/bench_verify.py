@@ -1,4 +1,4 @@
-"""Archive verifier benchmark (shared/DESIGN.md "Targets", issue 11): throughput on two kinds of content, and peak
+"""Archive verifier benchmark (docs/architecture.md "Targets"): throughput on two kinds of content, and peak
 memory. Prints figures with their targets; asserts nothing.
 
     python benchmarks/bench_verify.py
