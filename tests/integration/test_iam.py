@@ -346,7 +346,8 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
 
 def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     """The integrity scrub a scrub interval later: healthy blobs re-hashed, missing ones (the archive and the
-    manifest) mark their release unavailable and the installation of it needing attention; the catalogue reads the
+    manifest) mark their release unavailable and the installation of it needing attention, until the same bytes
+    uploaded again heal it; the catalogue reads the
     missing manifest as absent (a 404, which S3 answers only to a role allowed s3:ListBucket: else 403, a 500)."""
     ws = "ws-iam-scrub"
     published = acme.publish("scrubbed", "1.0.0", _v(b"to rot\n"))
@@ -361,6 +362,12 @@ def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
 
     assert _ok(acme.get("/v1/packages/scrubbed/versions/1.0.0"), 200)["status"] == "unavailable"
     assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/scrubbed"), 200)["status"] == "needs_attention"
+
+    # healed: the same bytes uploaded again are verified and written over the missing blobs; the release is
+    # published again, its installation active (by Publish itself, and the cleanup job the sweep then runs)
+    assert acme.publish("scrubbed", "1.0.0", _v(b"to rot\n"))["state"] == "published"
+    assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/scrubbed"), 200)["status"] == "active"
+    assert run_maintenance(stack, clock.now() + 60)["done"] >= 1
 
 
 def manifest_reads(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:

@@ -5,7 +5,9 @@ The API other modules use (keep imports cheap: this module imports no action's m
 
 - ``JobKind``: what a job does. ``RELEASE_BLOBS`` (subject ``{"package", "version"}``: a yanked release lets go of
   its blobs), ``ORPHAN_BLOB`` (``{"sha256"}``: remove a blob nothing references, if still so), ``STAGING``
-  (``{"uploadId", "token"}``: delete an upload session's staging objects; registered here).
+  (``{"uploadId", "token"}``: delete an upload session's staging objects; registered here), ``RESTORE_HOLDERS``
+  (``{"package", "version"}``: a healed release's installations the scrub set ``needs_attention`` become active
+  again; ``maintenance.scrub``).
 - ``enqueue_item(tenant, kind, subject, now, *, delay=0) -> dict``: a TransactWriteItems ``Put`` of the job, to add
   to the transaction that makes the job necessary (a yank, a rejection). Idempotent: the key derives from kind and
   subject, so enqueueing twice is one job (re-armed: attempts start over, a park is lifted).
@@ -50,6 +52,7 @@ class JobKind(StrEnum):
     RELEASE_BLOBS = "release_blobs"
     ORPHAN_BLOB = "orphan_blob"
     STAGING = "staging"
+    RESTORE_HOLDERS = "restore_holders"
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ PROVIDERS: dict[JobKind, str] = {
     JobKind.RELEASE_BLOBS: "packyard.maintenance.reclaim",
     JobKind.ORPHAN_BLOB: "packyard.maintenance.reclaim",
     JobKind.STAGING: __name__,
+    JobKind.RESTORE_HOLDERS: "packyard.maintenance.scrub",
 }
 
 

@@ -13,7 +13,9 @@ and checks the others). A check streams the object through sha256 and compares d
   converge: the record stays due at the time it was read and the next run marks again; each mark is conditional
   (a release already unavailable, an installation no longer active of it are left alone), so marking twice
   changes nothing. Nothing is ever unmarked by the scrub: a blob that reads healthy again after being marked is
-  logged for an operator.
+  logged for an operator. What unmarks is a *healing publish* (``publishing.publication``): an upload of the same
+  bytes, verified, writes the blob again and restores the release; ``restore_holders`` (run by that publish and, for
+  a crash after it, by its ``RESTORE_HOLDERS`` cleanup job) brings the installations back to ``active``.
 
 Records written before the scrub carry neither due attributes (they are never checked until backfilled) nor
 ``releases`` (a corrupt one is logged and marks nothing).
@@ -27,7 +29,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from packyard.config import limits
 from packyard.errors import ClaimLost
+from packyard.maintenance.jobs import Job, JobKind, register
 from packyard.observability import logger, metrics
+from packyard.publishing.models import ReleaseStatus
 from packyard.store import blobs, catalog, reclaims, workspace
 from packyard.store.records import BlobRecord
 
@@ -58,16 +62,16 @@ def check_blob(blob: BlobRecord, now: int) -> str:
             )
         catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=False)
         return "healthy"
-    problem = "missing" if found is None else "corrupt"
-    _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by="scrub")
-    catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
-    return problem if blob.corrupt_at is None else f"still_{problem}"
     # Marking is never undone: decide on the record as stored, not on the index's (eventually consistent) image of
     # it. A record reclaimed, being reclaimed, unreferenced or moved by a publish or a release since has an object
     # that may rightly be gone or replaced: nothing is marked, and a record still due is checked again next run.
     current = reclaims.read_blobs(tenant, [blob.sha256]).get(blob.sha256)
     if current is None or current.reclaiming is not None or current.refs == 0 or current.generation != blob.generation:
         raise ClaimLost(f"blob {blob.sha256} changed since it was found due")
+    problem = "missing" if found is None else "corrupt"
+    _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by="scrub")
+    catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
+    return problem if blob.corrupt_at is None else f"still_{problem}"
 
 
 def found_unusable(
@@ -133,3 +137,28 @@ def _mark_unusable(tenant: str, blob: BlobRecord, now: int) -> tuple[int, int]:
             if not cursor:
                 break
     return releases, installations
+
+
+def restore_holders(tenant: str, package: str, version: str, now: int) -> int:
+    """The reverse of the marking, once a healing publish replaced the release's bad blobs with verified bytes: its
+    installations that were set ``needs_attention`` become ``active`` again (conditional, like the marking: one that
+    moved on is left alone); how many. Nothing while the release is unavailable (it rotted again meanwhile)."""
+    release = catalog.find_release(tenant, package, version)
+    if release is None or release.status is ReleaseStatus.UNAVAILABLE:
+        return 0
+    restored = 0
+    cursor: str | None = None
+    while True:
+        holders, cursor = catalog.release_holders(tenant, package, version, limit=HOLDERS_PAGE, cursor=cursor)
+        for workspace_id, installation_id in holders:
+            restored += workspace.mark_attended(tenant, workspace_id, installation_id, (package, version), now)
+        if not cursor:
+            return restored
+
+
+def _restore_holders_job(job: Job, now: int) -> None:
+    restored = restore_holders(job.tenant, job.subject["package"], job.subject["version"], now)
+    logger.info("installations of a healed release restored", extra={**job.subject, "installations": restored})
+
+
+register(JobKind.RESTORE_HOLDERS, _restore_holders_job)

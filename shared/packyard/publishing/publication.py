@@ -11,7 +11,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from packyard import clock
 from packyard.config import limits
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost, TransientStoreError, VersionExists
-from packyard.maintenance import scrub
+from packyard.maintenance import jobs, scrub
 from packyard.observability import logger, metrics, tracer
 from packyard.publishing.manifest import parse_manifest, unpacked_size
 from packyard.publishing.models import ArchiveSource, Release, ReleaseStatus, Upload, UploadState
@@ -40,12 +40,12 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
     if existing is not None and existing.manifest_digest != upload.manifest_digest:
         raise VersionExists(f"{upload.package}@{upload.version} was published with different content meanwhile")
     manifest = manifest_bytes = None
-    if existing is None:
+    if existing is None or heals(existing, upload):
         manifest_bytes = _manifest_bytes(upload)
         manifest = parse_manifest(manifest_bytes, limits())
 
     for attempt in range(PUBLISH_ATTEMPTS):
-        if existing is not None:
+        if existing is not None and not heals(existing, upload):
             now = clock.now()
             catalog.settle_upload_as_duplicate(upload, now, retain_until=retained_until(now))
             return {"release": existing.receipt(), "duplicate": True}
@@ -57,10 +57,29 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             # write the blob anew
             time.sleep(RECLAIM_WAIT_SECONDS * 2**attempt)
             continue
+        # a blob found missing or corrupt is written again from the bytes verified here; healing a release writes
+        # both of its blobs again (content-addressed: a healthy one is overwritten with the same bytes)
+        replaced = {k.sha256 for k in known_blobs if k.corrupt_at is not None and not k.orphan}
+        if existing is not None:
+            replaced |= {k.sha256 for k in known_blobs if not k.orphan}
         # objects are written only after their records were read absent (or orphan): a reclaim deletes an object
         # only under a claim, which moves the record, so our transaction below then fails and we read again
-        _store_blobs(upload, verified, manifest_bytes, {*new_blobs, *(k.sha256 for k in known_blobs if k.orphan)})
+        _store_blobs(
+            upload,
+            verified,
+            manifest_bytes,
+            {*new_blobs, *(k.sha256 for k in known_blobs if k.orphan)},
+            replace=replaced,
+        )
         now = clock.now()
+        if existing is not None:
+            healed = _heal(upload, existing, new_blobs, known_blobs, now)
+            if healed is not None:
+                return healed
+            existing = catalog.find_release(tenant, upload.package, upload.version)
+            if existing is None or existing.manifest_digest != upload.manifest_digest:
+                raise VersionExists(f"{upload.package}@{upload.version} changed while it was being healed")
+            continue
         release = Release(
             tenant=tenant,
             package=upload.package,
@@ -86,10 +105,14 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             now=now,
             retain_until=retained_until(now),
             check_blobs_at=scrub.next_check(now),
+            replaced_blobs=frozenset(replaced),
         )
         if blocked is None:
             metrics.add_metric(name="ReleasesPublished", unit=MetricUnit.Count, value=1)
             logger.info("release published", extra={"package": upload.package, "version": upload.version})
+            if replaced:
+                metrics.add_metric(name="BlobsHealed", unit=MetricUnit.Count, value=len(replaced))
+                logger.info("missing or corrupt blobs written again", extra={"blobs": sorted(replaced)})
             return {"release": release.receipt()}
         if blocked.existing_release is not None:
             existing = blocked.existing_release
@@ -99,12 +122,57 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
                 raise VersionExists(f"{upload.package}@{upload.version} was published with different content")
             continue
         if blocked.upload_changed:
-            current = catalog.get_upload(tenant, upload_id)
-            if current.state is UploadState.PUBLISHED and current.token == token:
-                return {"release": catalog.get_release(tenant, upload.package, upload.version).receipt()}
-            raise ClaimLost(f"upload {upload_id} changed state while publishing")
+            return _settled_meanwhile(upload)
         # another publish created or dropped one of our blobs between our read and the transaction: re-read
     raise TransientStoreError(f"publish of {upload_id} kept racing on blob records")
+
+
+def heals(existing: Release, upload: Upload) -> bool:
+    """An upload of a release's identical content heals it when the release was made ``unavailable`` (its stored
+    bytes failed an integrity check) and still holds its blobs: the bytes were taken again (never reused from
+    storage) and verified, so they replace the bad blobs."""
+    return (
+        existing.status is ReleaseStatus.UNAVAILABLE
+        and existing.blobs_released_at is None
+        and existing.manifest_digest == upload.manifest_digest
+        and upload.source is ArchiveSource.UPLOAD
+    )
+
+
+def _heal(
+    upload: Upload, existing: Release, new_blobs: dict[str, int], known_blobs: list[BlobRecord], now: int
+) -> dict[str, Any] | None:
+    """The healing transaction (``catalog.heal_release``), then the installations back to active. None when the
+    release moved meanwhile (the caller reads it again)."""
+    subject = {"package": existing.package, "version": existing.version}
+    blocked = catalog.heal_release(
+        upload,
+        existing,
+        restored=ReleaseStatus.YANKED if existing.yanked_at is not None else ReleaseStatus.PUBLISHED,
+        new_blobs=new_blobs,
+        known_blobs=known_blobs,
+        now=now,
+        retain_until=retained_until(now),
+        check_blobs_at=scrub.next_check(now),
+        restore_job=jobs.enqueue_item(upload.tenant, jobs.JobKind.RESTORE_HOLDERS, subject, now),
+    )
+    if blocked is None:
+        metrics.add_metric(name="ReleasesHealed", unit=MetricUnit.Count, value=1)
+        restored = scrub.restore_holders(upload.tenant, existing.package, existing.version, now)
+        logger.info("release healed", extra={**subject, "installationsRestored": restored})
+        return {"release": existing.receipt(), "healed": True, "installationsRestored": restored}
+    if blocked.upload_changed:
+        return _settled_meanwhile(upload)
+    return None
+
+
+def _settled_meanwhile(upload: Upload) -> dict[str, Any]:
+    """The upload moved while our transaction was being decided: published by this very attempt (a lost answer,
+    retried) is a replay; anything else is another owner's."""
+    current = catalog.get_upload(upload.tenant, upload.upload_id)
+    if current.state is UploadState.PUBLISHED and current.token == upload.token:
+        return {"release": catalog.get_release(upload.tenant, upload.package, upload.version).receipt()}
+    raise ClaimLost(f"upload {upload.upload_id} changed state while publishing")
 
 
 def _blob_records(upload: Upload) -> tuple[dict[str, int], list[BlobRecord], bool]:
@@ -133,22 +201,30 @@ def _manifest_bytes(upload: Upload) -> bytes:
     return staged
 
 
-def _store_blobs(upload: Upload, verified: dict[str, Any], manifest_bytes: bytes, wanted: set[str]) -> None:
+def _store_blobs(
+    upload: Upload, verified: dict[str, Any], manifest_bytes: bytes, wanted: set[str], *, replace: set[str]
+) -> None:
     """Content-addressed objects for the ``wanted`` blobs (records absent or orphan): the manifest, and the archive
-    copied from staging (an upload that reused a stored archive cannot bring it back once reclaimed)."""
+    copied from staging (an upload that reused a stored archive cannot bring it back once reclaimed). Blobs in
+    ``replace`` (found missing or corrupt, or of a release being healed) are written over whatever is stored: the
+    bytes written are the ones verified (the manifest re-hashed, the archive an ETag-pinned, checksummed copy), so
+    a crash between two writes leaves each object either as it was or right."""
     tenant = upload.tenant
-    if upload.manifest_digest in wanted:
+    if upload.manifest_digest in replace:
+        blobs.put_bytes(blobs.blob_key(tenant, upload.manifest_digest), manifest_bytes, upload.manifest_digest)
+    elif upload.manifest_digest in wanted:
         blobs.put_bytes(
             blobs.blob_key(tenant, upload.manifest_digest), manifest_bytes, upload.manifest_digest, if_absent=True
         )
-    if upload.archive_sha256 not in wanted:
+    if upload.archive_sha256 not in wanted and upload.archive_sha256 not in replace:
         return
     target = blobs.blob_key(tenant, upload.archive_sha256)
-    if blobs.head(target) is not None:
+    if upload.archive_sha256 not in replace and blobs.head(target) is not None:
         return
     if upload.source is not ArchiveSource.UPLOAD:
         raise ArchiveRejected(
-            ArchiveRejectCode.MISSING_FILE, "the stored archive this upload reuses was reclaimed: upload it again"
+            ArchiveRejectCode.MISSING_FILE,
+            "the stored archive this upload reuses was reclaimed or failed an integrity check: upload it again",
         )
     staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
     blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)

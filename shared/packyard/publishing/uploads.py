@@ -36,6 +36,7 @@ from packyard.publishing.manifest import canonical_manifest_bytes, content_diges
 from packyard.publishing.models import (
     ArchiveSource,
     Release,
+    ReleaseStatus,
     Upload,
     UploadState,
     check_package_name,
@@ -82,7 +83,9 @@ def create_upload(
     *,
     idempotency_key: str | None = None,
 ) -> CreatedUpload | Release:
-    """A new upload session, or the release itself when this exact content is already published (nothing to do).
+    """A new upload session, or the release itself when this exact content is already published (nothing to do;
+    unless that release was made ``unavailable`` by an integrity check: the session then takes the bytes again and
+    its publish heals the release).
     The session records its subject: the release's publisher. With an Idempotency-Key, the session's id is derived
     from it: the same key with the same request answers the same session (one reservation), with another request
     ``422 idempotency_key_reused``."""
@@ -110,15 +113,21 @@ def create_upload(
     digest = manifest_digest(manifest)
 
     existing = catalog.find_release(tenant, package, version)
+    healing = False
     if existing is not None:
-        if existing.manifest_digest == digest:
+        if existing.manifest_digest != digest:
+            raise VersionExists(
+                f"{package}@{version} is already published with different content",
+                existingManifestDigest=existing.manifest_digest,
+            )
+        if existing.status is not ReleaseStatus.UNAVAILABLE or existing.blobs_released_at is not None:
             return existing
-        raise VersionExists(
-            f"{package}@{version} is already published with different content",
-            existingManifestDigest=existing.manifest_digest,
-        )
+        # the identical content of a release whose stored bytes failed an integrity check: take the bytes again
+        # (never from storage), verify them and heal the release with them (publication.heals)
+        healing = True
 
-    source = ArchiveSource.BLOB if catalog.blob_exists(tenant, declared.sha256) else ArchiveSource.UPLOAD
+    held = not healing and catalog.blob_exists(tenant, declared.sha256)
+    source = ArchiveSource.BLOB if held else ArchiveSource.UPLOAD
     now = clock.now()
     upload = Upload(
         tenant=tenant,
@@ -157,7 +166,10 @@ def create_upload(
             raise TransientStoreError(f"upload {upload.upload_id} vanished while replaying its key")
         return replayed
     metrics.add_metric(name="UploadSessionsCreated", unit=MetricUnit.Count, value=1)
-    logger.info("upload session created", extra={"source": str(source), "reservedBytes": upload.reserved_bytes})
+    logger.info(
+        "upload session created",
+        extra={"source": str(source), "reservedBytes": upload.reserved_bytes, "heals": healing},
+    )
     url = None
     if source is ArchiveSource.UPLOAD:
         key = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)

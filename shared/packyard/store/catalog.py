@@ -74,7 +74,7 @@ def get_release(tenant: str, package: str, version: str) -> Release:
 
 def blob_exists(tenant: str, sha256: str) -> bool:
     """The tenant holds these bytes: a record some release references (or one older than reference counting), not
-    an orphan and not being reclaimed."""
+    an orphan, not being reclaimed and not marked missing or corrupt."""
     item = dynamo.get(*blob_key(tenant, sha256))
     if item is None:
         return False
@@ -84,6 +84,7 @@ def blob_exists(tenant: str, sha256: str) -> bool:
         and not record.orphan
         and record.reclaiming is None
         and (record.refs is None or record.refs > 0)
+        and record.corrupt_at is None  # found missing or corrupt: its bytes must be uploaded again (healing)
     )
 
 
@@ -262,7 +263,6 @@ def settle_upload_without_release(
         raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
 
 
-@dataclass(frozen=True)
 def drop_upload_due(upload: Upload) -> bool:
     """A settled session whose staged objects are gone (or handed to a cleanup job) leaves the due index. Fenced on
     its state and token as read; False when it is not (any more) that session in that state."""
@@ -280,6 +280,7 @@ def drop_upload_due(upload: Upload) -> bool:
     return updated is not None
 
 
+@dataclass(frozen=True)
 class PublishOutcome:
     """Why a publish transaction was cancelled, read from ReturnValuesOnConditionCheckFailure."""
 
@@ -297,6 +298,7 @@ def publish_release(
     now: int,
     retain_until: int,
     check_blobs_at: int | None = None,
+    replaced_blobs: frozenset[str] = frozenset(),
 ) -> PublishOutcome | None:
     """In one transaction: the release (version unused), the upload's final state (fenced by its token), blob
     records and the usage ledger (the reservation becomes retained bytes for new blobs and is returned for shared
@@ -304,7 +306,8 @@ def publish_release(
     if the blob rots); a new one is due for its first integrity check at ``check_blobs_at``. A known blob (as read
     before) gains a reference (``refs + 1``, ``generation + 1``) unless a reclaim claimed it meanwhile; an orphan is
     adopted (counted from now on: its bytes join the ledger) if still at the generation read; a record older than
-    reference counting only gains the release. Returns None on success, or what blocked it."""
+    reference counting only gains the release. A blob in ``replaced_blobs`` (found missing or corrupt, and
+    written again by this publish) loses its ``corruptAt``. Returns None on success, or what blocked it."""
     used_by = {f"{release.package}@{release.version}"}
     rpk, rsk = release_key(release.tenant, release.package, release.version)
     ppk, psk = package_key(release.tenant, release.package)
@@ -362,7 +365,11 @@ def publish_release(
         )
     adopted = 0
     for known in known_blobs:
-        items.append(_known_blob_reference(release.tenant, known, used_by, check_blobs_at))
+        items.append(
+            _known_blob_reference(
+                release.tenant, known, used_by, check_blobs_at, replaced=known.sha256 in replaced_blobs
+            )
+        )
         adopted += known.size if known.orphan else 0
     returned = upload.reserved_bytes - sum(new_blobs.values()) - adopted
     if returned:
@@ -379,32 +386,45 @@ def publish_release(
     return None
 
 
-def _known_blob_reference(tenant: str, known: BlobRecord, used_by: set[str], check_at: int | None) -> dict[str, Any]:
-    """The publish transaction's item for a blob record that existed when read (see ``publish_release``)."""
+def _known_blob_reference(
+    tenant: str, known: BlobRecord, used_by: set[str], check_at: int | None, *, replaced: bool = False
+) -> dict[str, Any]:
+    """The publish transaction's item for a blob record that existed when read (see ``publish_release``).
+    ``replaced``: its object was found missing or corrupt (``corruptAt``) and this publish wrote it again from bytes
+    it verified: the mark goes, and the next check is one interval on. A record read healthy must still be so (a
+    scrub that marks it meanwhile cancels the transaction, and the publish reads again and replaces it)."""
     bpk, bsk = blob_key(tenant, known.sha256)
+    sets: list[str] = []
+    removes: list[str] = []
+    adds = ["releases :used_by"]
     values: dict[str, Any] = {":used_by": used_by}
     names: dict[str, str] = {}
     if known.refs is None:
-        update = "ADD releases :used_by"
         condition = "attribute_exists(pk) AND attribute_not_exists(refs)"
     elif known.orphan:
-        update = (
-            f"SET refs = :one, orphan = :false REMOVE {dynamo.TTL_ATTRIBUTE} ADD releases :used_by, generation :one"
-        )
+        sets += ["refs = :one", "orphan = :false"]
+        removes.append(dynamo.TTL_ATTRIBUTE)
+        adds.append("generation :one")
         condition = "orphan = :true AND generation = :g AND attribute_not_exists(reclaiming)"
         values.update({":one": 1, ":true": True, ":false": False, ":g": known.generation})
-        if check_at is not None:
-            next_check = due.attributes(due.DueKind.BLOB, blob_identity(tenant, known.sha256), check_at)
-            update = f"SET #shard = :shard, #at = :at, {update.removeprefix('SET ')}"
-            names = {"#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE}
-            values.update({":shard": next_check[due.SHARD_ATTRIBUTE], ":at": next_check[due.AT_ATTRIBUTE]})
     else:
-        update = "ADD releases :used_by, refs :one, generation :one"
+        adds += ["refs :one", "generation :one"]
         condition = (
             "attribute_exists(refs) AND attribute_not_exists(reclaiming) "
             "AND (attribute_not_exists(orphan) OR orphan = :false)"
         )
         values.update({":one": 1, ":false": False})
+    if replaced:
+        removes.append("corruptAt")
+    else:
+        condition += " AND attribute_not_exists(corruptAt)"
+    if check_at is not None and (known.orphan or replaced):
+        next_check = due.attributes(due.DueKind.BLOB, blob_identity(tenant, known.sha256), check_at)
+        sets += ["#shard = :shard", "#at = :at"]
+        names = {"#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE}
+        values.update({":shard": next_check[due.SHARD_ATTRIBUTE], ":at": next_check[due.AT_ATTRIBUTE]})
+    clauses = (("SET", sets), ("REMOVE", removes), ("ADD", adds))
+    update = " ".join(f"{verb} {', '.join(parts)}" for verb, parts in clauses if parts)
     change: dict[str, Any] = {
         "TableName": table_name(),
         "Key": key(bpk, bsk),
@@ -415,6 +435,106 @@ def _known_blob_reference(tenant: str, known: BlobRecord, used_by: set[str], che
     if names:
         change["ExpressionAttributeNames"] = names
     return {"Update": change}
+
+
+def heal_release(
+    upload: Upload,
+    release: Release,
+    *,
+    restored: ReleaseStatus,
+    new_blobs: dict[str, int],
+    known_blobs: list[BlobRecord],
+    now: int,
+    retain_until: int,
+    check_blobs_at: int,
+    restore_job: dict[str, Any],
+) -> PublishOutcome | None:
+    """In one transaction: an ``unavailable`` release whose blobs this upload wrote again (verified) is ``restored``
+    (published, or yanked if it was), fenced on its status and digest; the upload's final state (fenced); each
+    blob record loses its ``corruptAt`` and is due for its next check one interval on (a record absent is written
+    as publish writes a new one); the usage ledger (the reservation is returned but for new blobs); and the job
+    that brings back the installations the scrub set ``needs_attention`` (``restore_job``). The release already
+    counted its references: no ``refs`` change. Returns None on success, or what blocked it."""
+    used_by = {f"{release.package}@{release.version}"}
+    rpk, rsk = release_key(release.tenant, release.package, release.version)
+    items: list[dict[str, Any]] = [
+        {
+            "Update": {
+                "TableName": table_name(),
+                "Key": key(rpk, rsk),
+                "UpdateExpression": "SET #status = :restored, healedAt = :now, healedBy = :upload "
+                "REMOVE unavailableAt",
+                "ConditionExpression": "#status = :unavailable AND manifestDigest = :digest",
+                "ExpressionAttributeNames": {"#status": "status"},
+                "ExpressionAttributeValues": marshal(
+                    {
+                        ":restored": str(restored),
+                        ":unavailable": str(ReleaseStatus.UNAVAILABLE),
+                        ":digest": release.manifest_digest,
+                        ":now": now,
+                        ":upload": upload.upload_id,
+                    }
+                ),
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        },
+        _mark_published(upload, now, retain_until),
+    ]
+    for sha256, size in new_blobs.items():
+        bpk, bsk = blob_key(release.tenant, sha256)
+        record = BlobRecord(sha256=sha256, size=size, created_at=now, tenant=release.tenant, refs=1, generation=1)
+        items.append(
+            {
+                "Put": {
+                    "TableName": table_name(),
+                    "Item": to_item(
+                        bpk,
+                        bsk,
+                        record,
+                        releases=used_by,
+                        **due.attributes(due.DueKind.BLOB, blob_identity(release.tenant, sha256), check_blobs_at),
+                    ),
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            }
+        )
+    for known in known_blobs:
+        next_check = due.attributes(due.DueKind.BLOB, blob_identity(release.tenant, known.sha256), check_blobs_at)
+        bpk, bsk = blob_key(release.tenant, known.sha256)
+        items.append(
+            {
+                "Update": {
+                    "TableName": table_name(),
+                    "Key": key(bpk, bsk),
+                    "UpdateExpression": "SET checkedAt = :now, #shard = :shard, #at = :at REMOVE corruptAt "
+                    "ADD releases :used_by",
+                    "ConditionExpression": "attribute_exists(pk) AND attribute_not_exists(reclaiming)",
+                    "ExpressionAttributeNames": {"#shard": due.SHARD_ATTRIBUTE, "#at": due.AT_ATTRIBUTE},
+                    "ExpressionAttributeValues": marshal(
+                        {
+                            ":now": now,
+                            ":shard": next_check[due.SHARD_ATTRIBUTE],
+                            ":at": next_check[due.AT_ATTRIBUTE],
+                            ":used_by": used_by,
+                        }
+                    ),
+                }
+            }
+        )
+    items.append(restore_job)
+    returned = upload.reserved_bytes - sum(new_blobs.values())
+    if returned:
+        items.append(_usage_delta(upload.tenant, -returned))
+    try:
+        transact(items, step="upload.heal")
+    except TransactionCancelled as cancelled:
+        old_release = cancelled.old_item(0) if cancelled.failed(0) else None
+        return PublishOutcome(
+            existing_release=from_item(Release, old_release) if old_release else None,
+            upload_changed=cancelled.failed(1),
+            blob_race=any(cancelled.failed(i) for i in range(2, len(items))),
+        )
+    return None
 
 
 def settle_upload_as_duplicate(upload: Upload, now: int, *, retain_until: int) -> None:

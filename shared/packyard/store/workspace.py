@@ -533,5 +533,38 @@ def mark_needs_attention(tenant: str, workspace: str, installation_id: str, rele
     return updated is not None
 
 
+def mark_attended(tenant: str, workspace: str, installation_id: str, release: tuple[str, str], now: int) -> bool:
+    """The reverse of ``mark_needs_attention``, once the release's stored bytes were replaced by verified ones (a
+    healing publish): ``needs_attention`` → ``active`` (its version moves on again). False when it is not (or no
+    longer) an installation of that release needing attention."""
+    pk, sk = installation_key(tenant, workspace, installation_id)
+    package, version = release
+    updated = dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": "SET #status = :active, updatedAt = :now ADD #version :one",
+            "ConditionExpression": "#status = :attention AND #release.#package = :package "
+            "AND #release.#version = :version",
+            "ExpressionAttributeNames": {
+                "#status": "status",
+                "#version": "version",
+                "#release": "release",
+                "#package": "package",
+            },
+            "ExpressionAttributeValues": marshal(
+                {
+                    ":attention": str(InstallationStatus.NEEDS_ATTENTION),
+                    ":active": str(InstallationStatus.ACTIVE),
+                    ":package": package,
+                    ":version": version,
+                    ":now": now,
+                    ":one": 1,
+                }
+            ),
+        }
+    )
+    return updated is not None
+
+
 def operation_from_due(item: dict[str, Any]) -> Operation:
     return from_item(Operation, item)
