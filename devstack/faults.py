@@ -7,6 +7,8 @@
   connection close (``ConnectionClosedError``), and botocore's own retry sends the same request again, as on a
   network that drops a response. Hooked on ``before-send`` (first in line): the request is handed to moto (or, for a
   moto server, sent) before the error is raised.
+- **Unprocessed keys** (:func:`unprocessed_keys`): a BatchGetItem answers part of what it was asked and returns the
+  rest as ``UnprocessedKeys``, as DynamoDB may under throttling.
 - **Stale index** (:func:`stale_index`): a global secondary index is eventually consistent (DynamoDB: "All reads
   from GSIs and streams are eventually consistent"); while the block runs, every Query of the index is answered
   from the index as it was when the block began, while the table itself moves on.
@@ -214,6 +216,7 @@ class StaleIndex:
 
 
 _stale: list[StaleIndex] = []
+_unprocessed: list[UnprocessedPlan] = []
 _PARAMS = "devstack_query_params"
 
 
@@ -259,11 +262,15 @@ def _scan_index(table: str, index: str) -> list[dict[str, Any]]:
 
 
 def _on_query_params(params: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
-    if _stale and model is not None and model.name == "Query" and context is not None and isinstance(params, dict):
+    if model is None or context is None or not isinstance(params, dict):
+        return
+    if (_stale and model.name == "Query") or (_unprocessed and model.name == "BatchGetItem"):
         context[_PARAMS] = dict(params)
 
 
 def _on_query_answered(parsed: Any = None, model: Any = None, context: Any = None, **_: Any) -> None:
+    if _unprocessed and model is not None and model.name == "BatchGetItem" and context is not None:
+        _leave_unprocessed(context.get(_PARAMS) or {}, parsed)
     if not _stale or model is None or model.name != "Query" or context is None:
         return
     params = context.get(_PARAMS)
@@ -298,6 +305,49 @@ def stale_index(table: str, index: str) -> Iterator[StaleIndex]:
     finally:
         with _lock:
             _stale.remove(stale)
+
+
+# ------------------------------------------------------------------ unprocessed keys
+
+
+@dataclass
+class UnprocessedPlan:
+    """The next ``times`` BatchGetItem answers return all but their first item as ``UnprocessedKeys``."""
+
+    times: int
+    answered: int = 0
+
+
+def _leave_unprocessed(params: dict[str, Any], parsed: Any) -> None:
+    with _lock:
+        plan = _unprocessed[-1] if _unprocessed else None
+        if plan is None or plan.answered >= plan.times or not isinstance(parsed, dict):
+            return
+        plan.answered += 1
+    unprocessed: dict[str, Any] = {}
+    for table, found in (parsed.get("Responses") or {}).items():
+        requested = params.get("RequestItems", {}).get(table, {})
+        names = list(requested["Keys"][0]) if requested.get("Keys") else []
+        if len(found) > 1 and names:
+            keys = [{name: item[name] for name in names} for item in found[1:]]
+            unprocessed[table] = {**{k: v for k, v in requested.items() if k != "Keys"}, "Keys": keys}
+            parsed["Responses"][table] = found[:1]
+    if unprocessed:
+        parsed["UnprocessedKeys"] = unprocessed
+
+
+@contextmanager
+def unprocessed_keys(times: int) -> Iterator[UnprocessedPlan]:
+    """Inside the block, the next ``times`` BatchGetItem answers keep only their first item and return the rest as
+    ``UnprocessedKeys`` (what DynamoDB does past its throughput or the 16 MB answer limit)."""
+    plan = UnprocessedPlan(times=times)
+    with _lock:
+        _unprocessed.append(plan)
+    try:
+        yield plan
+    finally:
+        with _lock:
+            _unprocessed.remove(plan)
 
 
 if ("before-parameter-build.dynamodb", _on_query_params) not in BUILTIN_HANDLERS:

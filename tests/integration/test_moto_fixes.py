@@ -149,3 +149,77 @@ def test_moto_keeps_only_the_model_instances_that_are_alive(stack: Stack) -> Non
     gc.collect()
     # Then moto's instance tracking let them go (it used to keep all 200)
     assert len(Item.instances_tracked) <= tracked_before + 5
+
+
+# ---- TransactWriteItems under a ClientRequestToken (AWS: idempotent for 10 minutes after it completes) ----
+
+
+def _increment(table: str, sk: str, by: int = 1) -> list[dict[str, Any]]:
+    """One ADD, conditional on the item not being incremented yet: a second application is cancelled."""
+    return [
+        {
+            "Update": {
+                "TableName": table,
+                "Key": {"pk": {"S": KEY}, "sk": {"S": sk}},
+                "UpdateExpression": "ADD n :by",
+                "ConditionExpression": "attribute_not_exists(n)",
+                "ExpressionAttributeValues": {":by": {"N": str(by)}},
+            }
+        }
+    ]
+
+
+def test_a_transaction_repeated_under_its_token_is_answered_as_the_success_it_was(stack: Stack) -> None:
+    client = boto3.client("dynamodb")
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "T"), ClientRequestToken="token-1")
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "T"), ClientRequestToken="token-1")
+    assert everything(client, stack.table_name) == [item("T", n=1)]  # applied once, answered twice
+    # and another token is another request: its condition decides
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(TransactItems=_increment(stack.table_name, "T"), ClientRequestToken="token-2")
+    assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+
+
+def test_a_token_used_with_other_parameters_is_refused_idempotent_parameter_mismatch(stack: Stack) -> None:
+    client = boto3.client("dynamodb")
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "M"), ClientRequestToken="token-m")
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(TransactItems=_increment(stack.table_name, "M", 2), ClientRequestToken="token-m")
+    assert caught.value.response["Error"]["Code"] == "IdempotentParameterMismatchException"
+    assert everything(client, stack.table_name) == [item("M", n=1)]
+
+
+def test_a_cancelled_transaction_leaves_its_token_unused(stack: Stack) -> None:
+    client = boto3.client("dynamodb")
+    client.put_item(TableName=stack.table_name, Item=item("C", n=5))
+    with pytest.raises(ClientError):
+        client.transact_write_items(TransactItems=_increment(stack.table_name, "C"), ClientRequestToken="token-c")
+    client.delete_item(TableName=stack.table_name, Key={"pk": {"S": KEY}, "sk": {"S": "C"}})
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "C"), ClientRequestToken="token-c")
+    assert everything(client, stack.table_name) == [item("C", n=1)]
+
+
+def test_a_token_is_a_new_request_after_ten_minutes(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = boto3.client("dynamodb")
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "W"), ClientRequestToken="token-w")
+    later = moto_fixes._clock() + moto_fixes.IDEMPOTENCY_WINDOW_SECONDS
+    monkeypatch.setattr(moto_fixes, "_clock", lambda: later)
+    with pytest.raises(ClientError) as caught:  # treated as new: cancelled by its condition
+        client.transact_write_items(TransactItems=_increment(stack.table_name, "W"), ClientRequestToken="token-w")
+    assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+
+
+def test_moto_itself_still_ignores_the_token(stack: Stack) -> None:
+    """The upstream gap the fix closes: when this fails, moto honours ClientRequestToken and the fix can go."""
+    from moto.dynamodb.responses import DynamoHandler
+
+    client = boto3.client("dynamodb")
+    patched = DynamoHandler.transact_write_items
+    DynamoHandler.transact_write_items = moto_fixes._installed["DynamoHandler.transact_write_items"]  # type: ignore[method-assign]
+    try:
+        client.transact_write_items(TransactItems=_increment(stack.table_name, "U"), ClientRequestToken="token-u")
+        with pytest.raises(ClientError) as caught:
+            client.transact_write_items(TransactItems=_increment(stack.table_name, "U"), ClientRequestToken="token-u")
+    finally:
+        DynamoHandler.transact_write_items = patched  # type: ignore[method-assign]
+    assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
