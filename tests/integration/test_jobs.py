@@ -104,8 +104,9 @@ def test_given_a_staging_job_enqueued_in_a_transaction_when_swept_then_it_delete
     now = clock.now()
     staged = _stage(stack, "up-1", "tok-1")
     subject = {"uploadId": "up-1", "token": "tok-1"}
-    dynamo.transact([jobs.enqueue_item(TENANT, JobKind.STAGING, subject, now)])
-    dynamo.transact([jobs.enqueue_item(TENANT, JobKind.STAGING, subject, now)])  # idempotent: the same job
+    dynamo.transact([jobs.enqueue_item(TENANT, JobKind.STAGING, subject, now)], step="test.enqueue")
+    # enqueued again (another step, so not answered from the first one's token): idempotent, the same job
+    dynamo.transact([jobs.enqueue_item(TENANT, JobKind.STAGING, subject, now)], step="test.enqueue_again")
     pk, sk = job_store.job_key(TENANT, "staging", subject)
     stored = _raw(stack, pk, sk)
     assert stored is not None and stored["dueShard"]["S"].startswith("job#") and stored["dueAttempts"]["N"] == "0"
