@@ -44,7 +44,7 @@ REFUSED_CODES = frozenset(
         "publish_failed",
     }
 )
-UNAVAILABLE_CODES = frozenset({"unavailable"})
+UNAVAILABLE_CODES = frozenset({"unavailable", "throttled"})
 RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
@@ -80,8 +80,9 @@ class CliError(Exception):
 
 
 def exit_code_for(status: int, code: str | None) -> int:
-    """The exit code of an error answer: by its stable ``code`` first, then by HTTP status."""
-    if code in UNAVAILABLE_CODES:
+    """The exit code of an error answer: a throttle (429, or the ``throttled`` code) is always 5, whatever else the
+    answer says; otherwise by its stable ``code`` first, then by HTTP status."""
+    if status == 429 or code in UNAVAILABLE_CODES:
         return EXIT_UNAVAILABLE
     if code in REFUSED_CODES:
         return EXIT_REFUSED

@@ -138,6 +138,20 @@ def test_exit_codes_distinguish_refused_conflict_and_unavailable(status: int, co
     assert exit_code_for(status, code) == exit_code
 
 
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (429, None),  # API Gateway's route throttle: {"message": "Too Many Requests"}
+        (429, "quota_exceeded"),  # a throttle is 5 even when the answer names a refusal's code
+        (429, "publish_failed"),
+        (503, "throttled"),
+        (409, "throttled"),
+    ],
+)
+def test_any_throttle_exits_5(status: int, code: str | None) -> None:
+    assert exit_code_for(status, code) == EXIT_UNAVAILABLE
+
+
 def test_api_gateway_messages_without_a_problem_body_still_read_well() -> None:
     error = ApiError(response(500, {"message": "Internal Server Error"}))
 

@@ -126,7 +126,9 @@ def outcome_of(op: Operation, error_type: str, error_message: str) -> Outcome:
     if refusal is not None:
         return Outcome(result="refused", status=refusal.status, code=refusal.code, detail=error_message)
     code = "outcome_unknown" if op.state is OperationState.COMMITTED else "interrupted"
-    return Outcome(result="unconfirmed", code=code, detail=f"{error_type}: {error_message}"[:OUTCOME_DETAIL_LIMIT])
+    # not one of ours: the error's name and text (AWS's words, a class name) stay in the history and the logs
+    logger.warning("operation stopped by an unexpected error", extra={"error": error_type[:120], "phase": op.state})
+    return Outcome(result="unconfirmed", code=code, detail=f"the operation stopped while {op.state}")
 
 
 def _settled(op: Operation, outcome: Outcome, now: int) -> Operation:
@@ -151,6 +153,12 @@ def _retiring(op: Operation, slot: Slot | None) -> tuple[str, int] | None:
     return slot.last_settled, retained_until(slot.last_settled_at)
 
 
+def deferral_code(error_type: str) -> str:
+    """The stable code a deferred operation shows (``errorCode``): ``throttled`` for a Lambda throttle, else
+    ``unavailable``; never the error's own name (a class name, AWS's words)."""
+    return "throttled" if error_type == "Lambda.TooManyRequestsException" else "unavailable"
+
+
 def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:
     """Park the operation as pending (its slot says so, so another request may supersede it); a retry with the
     same key resumes it in the phase it stopped in."""
@@ -161,7 +169,7 @@ def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:
             "state": OperationState.PENDING,
             "version": op.version + 1,
             "phase": str(phase),
-            "error_code": error_type[:120],
+            "error_code": deferral_code(error_type),
             "updated_at": now,
         }
     )

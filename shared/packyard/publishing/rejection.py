@@ -62,6 +62,7 @@ def _written_blobs(upload: Upload) -> dict[str, int]:
     return written
 
 
+PUBLISH_FAILED_DETAIL = "the publish could not be completed; nothing was published and the reservation was returned"
 # errorType (the exception class name, as Step Functions reports it) → the stable code the caller sees
 _ERROR_CODES: dict[str, str] = {cls.__name__: cls.code for cls in (VersionExists, ArchiveRejected, ClaimLost)}
 
@@ -75,8 +76,13 @@ def rejection_from(verdict: dict[str, Any] | None, error: dict[str, Any] | None)
         )
     error = error or {}
     error_type = str(error.get("Error", "States.Unknown"))
-    code = _ERROR_CODES.get(error_type, "publish_failed")
-    detail = caught_error_message(error) or error_type
+    code = _ERROR_CODES.get(error_type)
+    if code is None:
+        # not one of ours: the Cause (an AWS error text, a stack trace, a class name) stays in the execution's history
+        # and the logs; the answer says what happened in Packyard's words
+        logger.warning("publish failed", extra={"error": error_type})
+        return Rejection(code="publish_failed", detail=PUBLISH_FAILED_DETAIL)
+    detail = caught_error_message(error) or code
     sub_code = None
     if error_type == ArchiveRejected.__name__:
         # an ArchiveRejected reads "<sub-code>: <detail>" (its str), e.g. the stored bytes changed before publish
