@@ -21,7 +21,10 @@ as Lambda starts another execution environment). Step Functions tasks run concur
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import re
+import socket
 import sys
 import threading
 import time
@@ -30,16 +33,21 @@ from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
+from devstack import edge as edge_limits
 from devstack.api import LocalApi
 from devstack.apigw import http_event
 from packyard_cli.tokens import InvalidToken, LocalKey
 
 TEXT_TYPES = ("application/json", "application/problem+json", "application/xml", "application/x-www-form-urlencoded")
-READ_TIMEOUT_SECONDS = 10.0  # how long a request may take to arrive (API Gateway's own limit is 30 s)
-MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway HTTP APIs refuse larger payloads (413)
+# how long a request (its line, headers and whole body) may take to arrive, however it trickles in
+READ_TIMEOUT_SECONDS = 10.0
+# API Gateway's 10 MB (devstack.edge); with the edge limits off, what this server still reads at most
+MAX_BODY_BYTES = edge_limits.MAX_BODY_BYTES
+UNLIMITED_BODY_BYTES = 64 * 1024 * 1024
+_CONTENT_LENGTH = re.compile(r"[0-9]{1,20}")
 
 
 def _swagger_asset_dir() -> Path:
@@ -71,6 +79,19 @@ def claims_as_api_gateway_passes_them(claims: Mapping[str, Any]) -> dict[str, st
     return out
 
 
+def aws_message(answer: tuple[int, bytes]) -> tuple[int, dict[str, str], bytes]:
+    """One of API Gateway's own answers (``{"message": ...}``, not problem+json: the function never ran)."""
+    return answer[0], {"Content-Type": "application/json"}, answer[1]
+
+
+class BadRequestFraming(ValueError):
+    """The request's framing (Content-Length, Transfer-Encoding) cannot be read: 400, answered at once."""
+
+
+class BodyTooLarge(ValueError):
+    pass
+
+
 def problem(status: int, code: str, title: str, detail: str) -> tuple[int, dict[str, str], bytes]:
     body = {"type": f"https://packyard.dev/problems/{code}", "title": title, "status": status, "code": code}
     body["detail"] = detail
@@ -92,9 +113,12 @@ class LocalApiServer(ThreadingHTTPServer):
         openapi: Callable[[], dict[str, Any]],
         log: Callable[[str], None] | None = None,
         read_timeout: float = READ_TIMEOUT_SECONDS,
+        edge: edge_limits.EdgeLimits | Literal["template"] | None = "template",
     ) -> None:
         super().__init__(sock.getsockname()[:2], ApiRequestHandler, bind_and_activate=False)
         self.read_timeout = read_timeout
+        # API Gateway's body limit, integration timeout and route throttles (None: off; PACKYARD_LOCAL_EDGE_LIMITS)
+        self.edge = edge_limits.configured() if edge == "template" else edge
         self.socket.close()
         self.socket = sock
         self.server_address = sock.getsockname()[:2]
@@ -126,9 +150,43 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------- plumbing
 
     def setup(self) -> None:
-        # a client that sends less than its Content-Length (or goes quiet) frees its worker after the read timeout
+        # a client that goes quiet frees its worker after the read timeout (and one that trickles, by the deadline)
         self.request.settimeout(self.server.read_timeout)
+        self._watchdog: threading.Timer | None = None
+        self._expired = threading.Event()
         super().setup()
+
+    def handle_one_request(self) -> None:
+        # One deadline for the whole request to arrive (line, headers, body): a per-read timeout alone is reset by
+        # every byte, so a body trickled a byte every few seconds would hold this worker for as long as it likes.
+        # At the deadline the socket's read side is shut: the blocked read returns, and the answer is 408.
+        self._expired.clear()
+        self._watchdog = threading.Timer(self.server.read_timeout, self._expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self._disarm()
+
+    def _expire(self) -> None:
+        self._expired.set()
+        with contextlib.suppress(OSError):
+            self.request.shutdown(socket.SHUT_RD)
+
+    def _disarm(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # http.server's own refusals (414 request line too long, 431 header too long or too many, 400 bad request
+        # line, 505): problem+json like every other answer, not its HTML page
+        self.close_connection = True
+        title = message or HTTPStatus(code).phrase
+        error_code = "invalid_request" if code < 500 else "internal_error"
+        status, headers, payload = problem(code, error_code, HTTPStatus(code).phrase, explain or title)
+        self._send(status, headers, payload)
 
     def do_GET(self) -> None:
         self._handle()
@@ -161,22 +219,50 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # the access line is written by _handle
         pass
 
-    def _read_body(self) -> bytes | None:
-        if (self.headers.get("Transfer-Encoding") or "").lower() == "chunked":
-            chunks = []
+    def _read_exactly(self, size: int) -> bytes:
+        data = self.rfile.read(size)
+        if len(data) < size:  # the client closed, or the deadline shut the read side
+            raise TimeoutError("the request body ended before its length")
+        return data
+
+    def _read_body(self, limit: int) -> bytes | None:
+        """The body, at most ``limit`` bytes (BodyTooLarge past it; BadRequestFraming when its framing is wrong;
+        TimeoutError when it did not arrive by the deadline)."""
+        lengths = self.headers.get_all("Content-Length") or []
+        encoding = (self.headers.get("Transfer-Encoding") or "").strip().lower()
+        if encoding and lengths:
+            raise BadRequestFraming("both Content-Length and Transfer-Encoding")  # RFC 9112 6.1: smuggling
+        if encoding == "chunked":
+            chunks: list[bytes] = []
+            total = 0
             while True:
-                size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
+                line = self.rfile.readline(1024)
+                if not line.endswith(b"\n"):
+                    raise TimeoutError("the chunked body ended early")
+                size_text = line.split(b";", 1)[0].strip()
+                if not re.fullmatch(rb"[0-9A-Fa-f]{1,16}", size_text):
+                    raise BadRequestFraming("a chunk size is not hexadecimal")
+                size = int(size_text, 16)
                 if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                         pass
-                    break
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            raise ValueError("request body too large")
-        return self.rfile.read(length) if length else None
+                    return b"".join(chunks)
+                total += size
+                if total > limit:
+                    raise BodyTooLarge()
+                chunks.append(self._read_exactly(size))
+                self.rfile.readline(3)
+        if encoding:
+            raise BadRequestFraming(f"Transfer-Encoding {encoding!r} is not supported")
+        if not lengths:
+            return None
+        if len(set(lengths)) != 1 or not _CONTENT_LENGTH.fullmatch(lengths[0].strip()):
+            # RFC 9110 8.6: Content-Length = 1*DIGIT; -1 used to be read as "until the client closes" (408 after 10 s)
+            raise BadRequestFraming(f"Content-Length must be one non-negative integer, got {', '.join(lengths)!r}")
+        length = int(lengths[0])
+        if length > limit:
+            raise BodyTooLarge()
+        return self._read_exactly(length) if length else None
 
     def _send(self, status: int, headers: Mapping[str, str], body: bytes, cookies: list[str] | None = None) -> None:
         self.send_response(status)
@@ -194,34 +280,28 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         started = time.monotonic()
+        limit = self.server.edge.max_body_bytes if self.server.edge is not None else UNLIMITED_BODY_BYTES
         try:
-            body = self._read_body()
-        except TimeoutError:
-            self.close_connection = True
-            status, headers, payload = problem(
-                408,
-                "invalid_request",
-                "Request timeout",
-                "the request body did not arrive in time (shorter than its Content-Length?)",
-            )
-            self._send(status, headers, payload)
+            body = self._read_body(limit)
+        except BodyTooLarge:
+            # API Gateway's answer past its 10 MB payload quota; the rest of the body is still on the wire
+            self._refuse(*aws_message(edge_limits.TOO_LARGE))
             return
-        except (ValueError, OSError):
-            self.close_connection = True  # the rest of the body is still on the wire
-            status, headers, payload = problem(
-                413, "invalid_request", "Payload too large", "unreadable request body, or one over 10 MiB"
-            )
-            self._send(status, headers, payload)
+        except BadRequestFraming as exc:
+            self._refuse(*problem(400, "invalid_request", "Bad request framing", str(exc)))
             return
+        except (TimeoutError, OSError):
+            detail = "the request did not arrive in time (a body shorter than its Content-Length, or trickled)"
+            self._refuse(*problem(408, "invalid_request", "Request timeout", detail))
+            return
+        finally:
+            self._disarm()
+        if self._expired.is_set():
+            self.close_connection = True  # it arrived just as the deadline shut the read side: answer, then close
         split = urlsplit(self.path)
         path = split.path or "/"
         cookies: list[str] = []
-        if body is not None and len(body) > MAX_BODY_BYTES:
-            status, headers, payload = problem(413, "invalid_request", "Payload too large", "request body over 10 MiB")
-            self.close_connection = True
-        elif self.command in ("GET", "HEAD") and (
-            path in ("/openapi.json", "/docs", "/docs/") or path in SWAGGER_ASSETS
-        ):
+        if self.command in ("GET", "HEAD") and (path in ("/openapi.json", "/docs", "/docs/") or path in SWAGGER_ASSETS):
             wants_json = path.startswith("/docs") and ("format", "json") in parse_qsl(split.query)
             status, headers, payload = self._serve_docs("/openapi.json" if wants_json else path)
         else:
@@ -229,6 +309,11 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         self._send(status, headers, payload, cookies)
         elapsed = (time.monotonic() - started) * 1000
         self.server.log(f"{self.command} {self.path} → {status} ({elapsed:.0f} ms)")
+
+    def _refuse(self, status: int, headers: dict[str, str], payload: bytes) -> None:
+        self.close_connection = True  # whatever is left of the request is still on the wire
+        self._send(status, headers, payload)
+        self.server.log(f"{self.command} {self.path} → {status}")
 
     def _serve_docs(self, path: str) -> tuple[int, dict[str, str], bytes]:
         if path == "/openapi.json":
@@ -252,10 +337,15 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
 
     def _serve_api(self, path: str, query: str, body: bytes | None) -> tuple[int, dict[str, str], bytes, list[str]]:
         api = self.server.api
-        if api.resolve(self.command, path) is None:
+        found = api.resolve(self.command, path)
+        if found is None:
             # API Gateway answers an unknown route before it runs the authorizer; LocalApi says 404 the same way
             response = api.call(http_event(self.command, path, claims=None))
             return self._from_lambda(response)
+        route_key = f"{found[0].method} {found[0].path}"
+        edge = self.server.edge
+        if edge is not None and not edge.admit(route_key):
+            return (*aws_message(edge_limits.THROTTLED), [])  # the route's token bucket is empty
 
         authorization = self.headers.get("Authorization") or ""
         scheme, _, token = authorization.partition(" ")
@@ -271,12 +361,38 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             return status, {**headers, "WWW-Authenticate": 'Bearer error="invalid_token"'}, payload, []
 
         event = self._event(path, query, body, claims_as_api_gateway_passes_them(claims))
-        try:
-            response = api.call(event)  # no lock: each concurrent invocation gets its own module instance
-        except Exception:
-            self.server.log(f"{self.command} {path}: the handler raised\n{traceback.format_exc()}")
+        timeout = edge.for_route(route_key).timeout_seconds if edge is not None else None
+        outcome = self._invoke(event, timeout)  # no lock: each concurrent invocation gets its own module instance
+        if outcome is None:
+            self.server.log(f"{self.command} {path}: no answer within the integration timeout ({timeout} s)")
+            return (*aws_message(edge_limits.TIMED_OUT), [])
+        if isinstance(outcome, BaseException):
+            trace = "".join(traceback.format_exception(outcome))
+            self.server.log(f"{self.command} {path}: the handler raised\n{trace}")
             return 500, {"Content-Type": "application/json"}, b'{"message":"Internal Server Error"}', []
-        return self._from_lambda(response)
+        return self._from_lambda(outcome)
+
+    def _invoke(self, event: dict[str, Any], timeout: float | None) -> dict[str, Any] | BaseException | None:
+        """The function's answer, the exception it raised, or None when it did not answer within ``timeout`` (it
+        goes on running on its own thread, as a Lambda invocation goes on after API Gateway gave up on it)."""
+        if timeout is None:
+            try:
+                return self.server.api.call(event)
+            except Exception as exc:
+                return exc
+        outcome: list[dict[str, Any] | BaseException] = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome.append(self.server.api.call(event))
+            except Exception as exc:
+                outcome.append(exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="packyard-invoke", daemon=True).start()
+        return outcome[0] if done.wait(timeout) else None
 
     def _event(self, path: str, query: str, body: bytes | None, claims: dict[str, str]) -> dict[str, Any]:
         headers: dict[str, str] = {}
