@@ -174,6 +174,7 @@ def _still_verifying(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPat
         patched.setattr(workflows, "start", lambda *args: "started elsewhere")
         assert caller.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
         patched.setattr(workflows, "execution_status", lambda arn: "RUNNING")
+        patched.setattr(workflows, "execution_outcome", lambda arn: ("RUNNING", None))
         at = clock.now() + HOUR
         sweep_kinds([DueKind.UPLOAD], at)
     upload = caller.get(f"/v1/uploads/{session.body['uploadId']}").body
