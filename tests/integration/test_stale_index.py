@@ -16,6 +16,7 @@ from devstack.api import LocalApi
 from devstack.caller import Caller
 from devstack.faults import stale_index
 from packyard import clock, config
+from packyard.operations import settlement
 from packyard.store import due, workflows
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
@@ -23,6 +24,7 @@ from tests.support.callers import used_bytes
 from tests.support.sweeping import sweep_kinds
 
 HOUR = 3600
+WS = "ws-stale"
 DAY = 24 * HOUR
 
 
@@ -138,3 +140,37 @@ def test_a_stale_page_never_marks_the_releases_of_a_blob_reclaimed_since_unavail
     # Then nothing is marked: the release stays yanked, not unavailable
     assert counts["raced"] == 2, counts
     assert caller.get("/v1/packages/hello/versions/1.0.0").body["status"] == "yanked"
+
+
+def test_a_stale_page_of_an_operation_settles_it_as_it_is_stored_not_as_the_page_shows_it(
+    stack: devstack.Stack,
+) -> None:
+    # Given an install waiting for consent, pictured in the due index (its lease: the consent deadline), then
+    # approved and committed, its Settle failing past its retries (the workflow ended, the operation committed)
+    caller = Caller(LocalApi(stack), "t-stale-operation")
+    caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}, permissions=[{"kind": "api_read"}]))
+
+    def settlement_is_down(*args: object, **kwargs: object) -> dict[str, Any]:
+        raise RuntimeError("settlement is down")
+
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(settlement, "settle_task", settlement_is_down)
+        admitted = caller.install(WS, "hello", "hello", "1.0.0", key="k-stale-op")
+        waiting = caller.wait_for_consent(WS, admitted)
+        assert waiting["state"] == "awaiting_consent"
+        with stale_index(stack.table_name, due.INDEX) as picture:
+            pictured = list(picture.items)
+        assert caller.decide(WS, waiting, "approve").status == 200
+        machine = stack.state_machine_arns["InstallStateMachine"]
+        devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)
+    path = f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}"
+    assert caller.get(path).body["state"] == "committed"
+    # When the sweep runs past the consent window on a page that still shows it waiting for consent
+    with stale_index(stack.table_name, due.INDEX) as stale:
+        stale.items = pictured
+        counts = sweep_kinds([DueKind.OPERATION], clock.now() + 8 * DAY)
+    # Then it is settled as what it is (committed: its change landed), not as a consent that expired
+    assert counts["settled"] == 1, counts
+    settled = caller.get(path).body
+    assert (settled["state"], settled["outcome"]) == ("settled", {"result": "succeeded"}), settled
+    assert caller.get(caller.installation_path(WS, "hello")).body["status"] == "active"
