@@ -50,6 +50,7 @@ from devstack.counting import AwsCall, record_aws_calls
 from packyard import clock, config
 from packyard.errors import TransientStoreError
 from packyard.operations import commit, settlement
+from packyard.publishing import resumption, verification
 from packyard.store import aws, workflows
 from packyard_cli.build import build_from_files
 from tests.support.sweeping import run_maintenance
@@ -301,9 +302,10 @@ def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> Non
 
 
 def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
-    """The maintenance sweeps: an abandoned session expires, a verification whose execution never ran is rejected,
-    an operation whose workflow never started is started, a committed operation whose settle was lost is settled, a
-    wait for consent that timed out while Settle was down is settled consent_expired."""
+    """The maintenance sweeps: an abandoned session expires, a verification whose execution never ran is rejected, a
+    verification a transient failure stopped past its retries (Deferred) is started again, an operation whose
+    workflow never started is started, a committed operation whose settle was lost is settled, a wait for consent
+    that timed out while Settle was down is settled consent_expired."""
     ws = "ws-iam-sweep"
     _ok(acme.request_upload("abandoned", "1.0.0", _v(b"abandoned\n")), 201)
 
@@ -313,6 +315,17 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     mp.setattr(workflows, "start", lambda *args: "never started")
     _ok(acme.post(f"/v1/uploads/{never['uploadId']}/complete"), 202)
     orphan = _ok(acme.install(ws, "orphan", "plain", "1.0.0", key="k-orphan"), 202)
+    mp.undo()
+
+    def verify_down(*args: object, **kwargs: object) -> dict[str, Any]:
+        raise TransientStoreError("DynamoDB: ThrottlingException")
+
+    built = _v(b"deferred\n")
+    deferred = _ok(acme.request_upload("deferred", "1.0.0", built), 201)
+    acme.put_archive(deferred, built.archive)
+    mp.setattr(verification, "verify", verify_down)
+    started = _ok(acme.post(f"/v1/uploads/{deferred['uploadId']}/complete"), 202)
+    assert devstack.wait_for_execution(started["executionArn"], timeout=60)["error"] == "Deferred"
     mp.undo()
 
     def broken_settle(*args: object, **kwargs: object) -> dict[str, Any]:
@@ -337,6 +350,10 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     run_maintenance(stack, clock.now() + 2 * HOUR)
 
     assert _ok(acme.get(f"/v1/uploads/{never['uploadId']}"), 200)["state"] == "rejected"
+    publish_machine = stack.state_machine_arns["PublishStateMachine"]
+    resumed = workflows.execution_arn(publish_machine, resumption.attempt_names(deferred["uploadId"])[1])
+    assert devstack.wait_for_execution(resumed, timeout=60)["status"] == "SUCCEEDED"
+    assert _ok(acme.get(f"/v1/uploads/{deferred['uploadId']}"), 200)["state"] == "published"
     assert _op(acme, ws, stuck)["state"] == "settled"
     assert _op(acme, ws, waiting)["outcome"]["code"] == "consent_expired"
     assert acme.wait_settled(ws, acme.get(f"/v1/workspaces/{ws}/operations/{orphan['operationId']}"))["outcome"] == {
