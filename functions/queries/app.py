@@ -71,8 +71,8 @@ def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str
         (InvalidRequest,),
     ),
 )
-def get_resolved(workspace: Annotated[str, Path()]) -> ResolvedView:
-    return ResolvedView.of_resolved(queries.resolved(authorize(app).tenant, workspace))
+def get_resolved(workspace: Annotated[str, Path()], limit: PageSize = 50, cursor: Cursor = None) -> ResolvedView:
+    return ResolvedView.of_resolved(queries.resolved(authorize(app).tenant, workspace, limit, cursor))
 
 
 @app.get(

@@ -220,9 +220,22 @@ def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_resolved(ctx: Context, args: argparse.Namespace) -> int:
+    """Every page of ``resolved`` (the API pages it), as one listing; its URLs expire at the earliest page's
+    ``expiresAt``."""
     workspace = workspace_of(args)
-    body = dict(ctx.client.request("GET", f"/v1/workspaces/{segment(workspace)}/resolved").body or {})
-    body["items"] = cut(ctx, list(body.get("items") or []), "installations")
+    path = f"/v1/workspaces/{segment(workspace)}/resolved"
+    body: dict[str, Any] = {}
+    items: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        page = dict(ctx.client.request("GET", path, params={"cursor": cursor} if cursor else None).body or {})
+        items.extend(page.get("items") or [])
+        body.setdefault("expiresAt", page.get("expiresAt"))
+        body.setdefault("workspace", page.get("workspace"))
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    body["items"] = cut(ctx, items, "installations")
     ctx.show(body, columns=RESOLVED_COLUMNS, empty=f"nothing resolved in {workspace}")
     return EXIT_OK
 

@@ -69,6 +69,14 @@ class Limits(BaseModel):
     sweep_max_attempts: int = Field(default=8, gt=0, le=64)
     # a claimed cleanup job is hidden from other sweeps this long (longer than the sweeper's timeout, 300 s)
     job_claim_seconds: int = Field(default=900, gt=0)
+    # Bounds on what is copied into items and answers (docs/architecture.md, "What one request may copy"): the
+    # largest admitted manifest and install request fit DynamoDB's 400 KB item with room to spare; past a bound the
+    # request is refused up front, 422 limit_exceeded naming it (``limit``). Raising one needs that arithmetic redone.
+    max_permissions: int = Field(default=128, gt=0)
+    max_permission_resource_bytes: int = Field(default=256, gt=0)  # UTF-8 bytes
+    max_permission_reason_bytes: int = Field(default=512, gt=0)  # UTF-8 bytes
+    max_metadata_bytes: int = Field(default=64 * 1024, gt=0)  # canonical (compact UTF-8) JSON
+    max_config_bytes: int = Field(default=16 * 1024, gt=0)  # an install's config, compact UTF-8 JSON
 
     @model_validator(mode="before")
     @classmethod

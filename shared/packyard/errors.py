@@ -121,6 +121,17 @@ class LimitExceeded(PackyardError):
     status, code, title = 409, "limit_exceeded", "Limit exceeded"
 
 
+class InputLimitExceeded(PackyardError):
+    """A request carries more than a bound of ``Limits`` allows (permissions, their resources or reasons, metadata,
+    config): refused before anything is written, so nothing admitted can fail later on an item or payload limit.
+    ``limit`` names the bound (the ``Limits`` field), ``max`` its value, ``actual`` what the request carried."""
+
+    status, code, title = 422, "limit_exceeded", "Limit exceeded"
+
+    def __init__(self, detail: str, *, limit: str, maximum: int, actual: int) -> None:
+        super().__init__(detail, limit=limit, max=maximum, actual=actual)
+
+
 class QuotaExceeded(PackyardError):
     status, code, title = 409, "quota_exceeded", "Storage quota exceeded"
 

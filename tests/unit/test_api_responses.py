@@ -544,12 +544,13 @@ WORKSPACE_CASES = [
                 },
             ],
             "expiresAt": "1970-01-01T00:56:40Z",
+            "nextCursor": None,
         },
         id="resolved",
     ),
     pytest.param(
         ResolvedView.of("ws-1", [], 3400),
-        {"workspace": "ws-1", "items": [], "expiresAt": "1970-01-01T00:56:40Z"},
+        {"workspace": "ws-1", "items": [], "expiresAt": "1970-01-01T00:56:40Z", "nextCursor": None},
         id="empty",
     ),
 ]

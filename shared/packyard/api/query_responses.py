@@ -87,11 +87,16 @@ class ResolvedInstallationView(ApiModel):
 
 
 class ResolvedView(ApiModel):
-    """``GET /v1/workspaces/{ws}/resolved``: active installations, their digests, grants and download URLs."""
+    """``GET /v1/workspaces/{ws}/resolved``: one page of the active installations, their digests, grants and
+    download URLs. A page may hold fewer items than ``limit`` (even none) and still have a next one."""
 
+    keep_null = frozenset({"nextCursor"})
     workspace: str
     items: list[ResolvedInstallationView]
     expires_at: Timestamp = Field(alias="expiresAt", description="when the URLs stop working, RFC 3339 UTC")
+    next_cursor: str | None = Field(
+        None, alias="nextCursor", description="pass as ?cursor= for the next page; null at end"
+    )
 
     @classmethod
     def of_resolved(cls, resolved: Resolved) -> Self:
@@ -99,11 +104,15 @@ class ResolvedView(ApiModel):
             ResolvedInstallationView.of(entry.installation, entry.archive_url, entry.manifest_url)
             for entry in resolved.entries
         ]
-        return cls(workspace=resolved.workspace, items=items, expires_at=resolved.expires_at)
+        return cls(
+            workspace=resolved.workspace, items=items, expires_at=resolved.expires_at, next_cursor=resolved.next_cursor
+        )
 
     @classmethod
-    def of(cls, workspace: str, items: list[ResolvedInstallationView], expires_at: int) -> Self:
-        return cls(workspace=workspace, items=items, expires_at=expires_at)
+    def of(
+        cls, workspace: str, items: list[ResolvedInstallationView], expires_at: int, next_cursor: str | None = None
+    ) -> Self:
+        return cls(workspace=workspace, items=items, expires_at=expires_at, next_cursor=next_cursor)
 
 
 # ---- usage ----------------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any
 from packyard.authority import Principal
 from packyard.config import limits
 from packyard.errors import (
+    InputLimitExceeded,
     InvalidRequest,
     LimitExceeded,
     NotFound,
@@ -34,6 +35,7 @@ from packyard.operations.models import (
     OperationState,
     Outcome,
     PromoteRequest,
+    config_bytes,
 )
 from packyard.operations.planning import compute_plan
 from packyard.operations.preconditions import digest
@@ -186,9 +188,34 @@ def check_version(current: Installation | None, expected: int | None, op: Operat
             )
 
 
+def check_copied(op: Operation) -> None:
+    """What the operation copies into its items within ``Limits`` (docs/architecture.md, "What one request may
+    copy"): the install config, and the target's permissions (a release published before the bound was set)."""
+    bounds = limits()
+    body = op.request.get("body") if op.action is Action.PUT else None
+    if isinstance(body, dict):
+        size = config_bytes(body.get("config") or {})
+        if size > bounds.max_config_bytes:
+            raise InputLimitExceeded(
+                f"config is {size} bytes as compact JSON, limit is {bounds.max_config_bytes} (max_config_bytes)",
+                limit="max_config_bytes",
+                maximum=bounds.max_config_bytes,
+                actual=size,
+            )
+    if len(op.target_permissions) > bounds.max_permissions:
+        raise InputLimitExceeded(
+            f"the release declares {len(op.target_permissions)} permissions, limit is {bounds.max_permissions} "
+            "(max_permissions)",
+            limit="max_permissions",
+            maximum=bounds.max_permissions,
+            actual=len(op.target_permissions),
+        )
+
+
 def check_limits(view: AdmissionView, op: Operation) -> None:
     """An install, or a restore of an archived installation, takes a place under the workspace's (and its task's)
-    installation limits; commit checks again in its transaction."""
+    installation limits; commit checks again in its transaction. Every kind: ``check_copied``."""
+    check_copied(op)
     if op.kind not in (OperationKind.INSTALL, OperationKind.RESTORE):
         return
     bounds = limits()

@@ -181,14 +181,11 @@ def plan_task(
 
 
 def _planned_output(op: Operation) -> dict[str, Any]:
-    """What the Plan state hands on: the version the plan was recorded at, the plan, and whether the workflow must
-    wait for consent first (and for how long at most)."""
+    """What the Plan state hands on: the version the plan was recorded at and whether the workflow must wait for
+    consent first (and for how long at most). Not the plan: it is on the operation item, where Commit reads it, and
+    in the execution's state it would grow with the grants and config toward Step Functions' 256 KiB payload."""
     waits = op.consent is not None and op.consent.decision is None
-    output: dict[str, Any] = {
-        "version": op.version,
-        "plan": op.plan.model_dump(by_alias=True, mode="json") if op.plan else None,
-        "needsConsent": waits,
-    }
+    output: dict[str, Any] = {"version": op.version, "needsConsent": waits}
     if waits:
         output["consentWindowSeconds"] = limits().consent_window_seconds
     return output

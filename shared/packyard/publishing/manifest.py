@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from packyard.config import Limits
-from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest
+from packyard.errors import ArchiveRejectCode, ArchiveRejected, InputLimitExceeded, InvalidRequest
 
 PermissionKind = Literal["api_read", "api_write", "events", "state", "network"]
 
@@ -55,7 +55,8 @@ class Permission(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     kind: PermissionKind
-    resource: str = Field(default="*", min_length=1, max_length=256)
+    # their byte bounds are Limits' (max_permission_resource_bytes, max_permission_reason_bytes): check_copied_bounds
+    resource: str = Field(default="*", min_length=1)
     reason: str | None = None
 
 
@@ -190,6 +191,8 @@ def parse_manifest(raw: bytes | str | dict[str, Any], limits: Limits) -> Manifes
     5. two paths equal under NFC + case folding, or a file path that is also a parent directory of another file
        → ``ArchiveRejected(DUPLICATE_ENTRY)``
     6. sum of sizes > ``max_unpacked_bytes`` → ``ArchiveRejected(TOO_LARGE)``
+    7. more permissions, longer resources or reasons, or larger metadata than their bounds
+       → ``InputLimitExceeded`` (422 ``limit_exceeded``, ``check_copied_bounds``)
     """
     size = _raw_size(raw)
     if size > limits.manifest_max_bytes:
@@ -211,7 +214,38 @@ def parse_manifest(raw: bytes | str | dict[str, Any], limits: Limits) -> Manifes
         raise ArchiveRejected(
             ArchiveRejectCode.TOO_LARGE, f"files add up to {total} bytes, limit is {limits.max_unpacked_bytes}"
         )
+    check_copied_bounds(manifest, limits)
     return manifest
+
+
+def check_copied_bounds(manifest: Manifest, limits: Limits) -> None:
+    """The parts of a manifest copied into items and answers (permissions into the release, operation, consent and
+    installation items; metadata into the version answer) within their ``Limits``; else ``InputLimitExceeded``
+    naming the bound (docs/architecture.md, "What one request may copy")."""
+    _within("max_permissions", len(manifest.permissions), limits.max_permissions, "permissions")
+    for index, permission in enumerate(manifest.permissions):
+        where = f"permissions[{index}]"
+        _within(
+            "max_permission_resource_bytes",
+            len(permission.resource.encode("utf-8")),
+            limits.max_permission_resource_bytes,
+            f"{where}.resource bytes",
+        )
+        if permission.reason is not None:
+            _within(
+                "max_permission_reason_bytes",
+                len(permission.reason.encode("utf-8")),
+                limits.max_permission_reason_bytes,
+                f"{where}.reason bytes",
+            )
+    _within("max_metadata_bytes", len(canonical_json(manifest.metadata)), limits.max_metadata_bytes, "metadata bytes")
+
+
+def _within(name: str, actual: int, maximum: int, what: str) -> None:
+    if actual > maximum:
+        raise InputLimitExceeded(
+            f"manifest has {actual} {what}, limit is {maximum} ({name})", limit=name, maximum=maximum, actual=actual
+        )
 
 
 def _check_file_count(count: int, limits: Limits) -> None:

@@ -112,14 +112,16 @@ def get_package(tenant: str, package: str) -> Package:
 
 def list_packages(tenant: str, *, limit: int, cursor: str | None) -> tuple[list[Package], str | None]:
     """A page of the tenant's packages and the opaque cursor of the next page."""
-    items, next_cursor = dynamo.query(package_key(tenant, "")[0], prefix="PACKAGE#", limit=limit, cursor=cursor)
+    items, next_cursor = dynamo.query(
+        package_key(tenant, "")[0], prefix="PACKAGE#", limit=limit, cursor=cursor, answered=True
+    )
     return [from_item(Package, item) for item in items], next_cursor
 
 
 def list_releases(tenant: str, package: str, *, limit: int, cursor: str | None) -> tuple[list[Release], str | None]:
     """A page of a package's releases (in sort-key order) and the opaque cursor of the next page."""
     pk, _ = release_key(tenant, package, "")
-    items, next_cursor = dynamo.query(pk, prefix="VERSION#", limit=limit, cursor=cursor)
+    items, next_cursor = dynamo.query(pk, prefix="VERSION#", limit=limit, cursor=cursor, answered=True)
     return [from_item(Release, item) for item in items], next_cursor
 
 

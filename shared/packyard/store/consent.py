@@ -153,7 +153,9 @@ def decide(op: Operation, decided: Operation, approval: Approval) -> DecisionCon
 def list_consent_waits(
     tenant: str, workspace: str, *, limit: int, cursor: str | None
 ) -> tuple[list[ConsentWait], str | None]:
-    items, next_cursor = dynamo.query(workspace_pk(tenant, workspace), prefix="CONSENT#", limit=limit, cursor=cursor)
+    items, next_cursor = dynamo.query(
+        workspace_pk(tenant, workspace), prefix="CONSENT#", limit=limit, cursor=cursor, answered=True
+    )
     return [from_item(ConsentWait, item) for item in items], next_cursor
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from packyard.config import required
 from packyard.errors import StoredItemInvalid, StoreFailure, TransientStoreError
-from packyard.store import cursors
+from packyard.store import cursors, pages
 from packyard.store.aws import client, error_code, translate
 
 SCHEMA_VERSION = 1
@@ -191,9 +191,12 @@ def query(
     cursor: str | None = None,
     forward: bool = True,
     consistent: bool = False,
+    answered: bool = False,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """One page of a partition (optionally of sort keys starting with ``prefix``) and the opaque cursor of the next
-    page (None at the end). A cursor minted for another partition is refused."""
+    page (None at the end). A cursor minted for another partition is refused. ``answered``: the page is rendered into
+    an API answer, so it also stops before its items pass ``pages.PAGE_BYTES`` (then the cursor resumes after the
+    last item kept)."""
     params: dict[str, Any] = {
         "TableName": table_name(),
         "KeyConditionExpression": "pk = :pk" + (" AND begins_with(sk, :prefix)" if prefix else ""),
@@ -210,7 +213,13 @@ def query(
         response = dynamodb().query(**params)
     except Exception as exc:
         raise translate_error(exc) from exc
-    return response.get("Items", []), cursors.encode(response.get("LastEvaluatedKey"))
+    items = response.get("Items", [])
+    if answered:
+        kept = pages.within_budget(items)
+        if kept < len(items):
+            last = items[kept - 1]
+            return items[:kept], cursors.encode({name: last[name] for name in cursors.TABLE_KEY})
+    return items, cursors.encode(response.get("LastEvaluatedKey"))
 
 
 @dataclass

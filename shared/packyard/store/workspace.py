@@ -178,7 +178,9 @@ def list_installations(
     tenant: str, workspace: str, *, limit: int, cursor: str | None
 ) -> tuple[list[Installation], str | None]:
     """A page of the workspace's installations and the opaque cursor of the next page."""
-    items, next_cursor = dynamo.query(workspace_pk(tenant, workspace), prefix="INST#", limit=limit, cursor=cursor)
+    items, next_cursor = dynamo.query(
+        workspace_pk(tenant, workspace), prefix="INST#", limit=limit, cursor=cursor, answered=True
+    )
     return [from_item(Installation, item) for item in items], next_cursor
 
 

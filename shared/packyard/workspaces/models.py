@@ -21,3 +21,4 @@ class Resolved:
     workspace: str
     entries: list[ResolvedEntry]
     expires_at: int
+    next_cursor: str | None = None  # the next page's (store/cursors.py); None at the end

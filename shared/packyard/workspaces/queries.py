@@ -44,33 +44,32 @@ def get_operation(tenant: str, workspace_id: str, operation_id: str) -> Operatio
     return op
 
 
-def resolved(tenant: str, workspace_id: str) -> Resolved:
-    """Active installations with the digests to verify, their grants and short-lived download URLs. Each manifest
-    is hash-checked before its URL is handed out (once per digest): one missing or altered in storage makes its
-    release unavailable and its installations ``needs_attention`` at once, so they are left out, as the scrub
-    would leave them out."""
+def resolved(tenant: str, workspace_id: str, limit: int = MAX_PAGE, cursor: str | None = None) -> Resolved:
+    """One page of the active installations with the digests to verify, their grants and short-lived download URLs.
+    A page reads at most ``limit`` installations (and stops earlier at ``store.pages.PAGE_BYTES``, so its answer
+    stays under Lambda's 6 MB: docs/architecture.md, "What one request may copy"); it may hold fewer active ones,
+    even none, with a cursor to follow. Each manifest is hash-checked before its URL is handed out (once per
+    digest): one missing or altered in storage makes its release unavailable and its installations
+    ``needs_attention`` at once, so they are left out, as the scrub would leave them out."""
     check_workspace_id(workspace_id)
     ttl = limits().download_url_ttl_seconds
+    size = min(limit, MAX_PAGE)
     entries: list[ResolvedEntry] = []
     intact: dict[str, bool] = {}
-    cursor = None
-    while True:
-        page, cursor = workspace.list_installations(tenant, workspace_id, limit=MAX_PAGE, cursor=cursor)
-        for inst in page:
-            if inst.status is not InstallationStatus.ACTIVE or inst.release is None:
-                continue
-            release = inst.release
-            if release.manifest_digest not in intact:
-                intact[release.manifest_digest] = integrity.manifest_intact(tenant, release, found_by="resolved")
-            if not intact[release.manifest_digest]:
-                continue
-            entries.append(
-                ResolvedEntry(
-                    installation=inst,
-                    archive_url=blobs.presigned_get(blobs.blob_key(tenant, release.archive_sha256), ttl),
-                    manifest_url=blobs.presigned_get(blobs.blob_key(tenant, release.manifest_digest), ttl),
-                )
+    page, next_cursor = workspace.list_installations(tenant, workspace_id, limit=size, cursor=cursor)
+    for inst in page:
+        if inst.status is not InstallationStatus.ACTIVE or inst.release is None:
+            continue
+        release = inst.release
+        if release.manifest_digest not in intact:
+            intact[release.manifest_digest] = integrity.manifest_intact(tenant, release, found_by="resolved")
+        if not intact[release.manifest_digest]:
+            continue
+        entries.append(
+            ResolvedEntry(
+                installation=inst,
+                archive_url=blobs.presigned_get(blobs.blob_key(tenant, release.archive_sha256), ttl),
+                manifest_url=blobs.presigned_get(blobs.blob_key(tenant, release.manifest_digest), ttl),
             )
-        if not cursor:
-            break
-    return Resolved(workspace=workspace_id, entries=entries, expires_at=clock.now() + ttl)
+        )
+    return Resolved(workspace=workspace_id, entries=entries, expires_at=clock.now() + ttl, next_cursor=next_cursor)
