@@ -8,7 +8,8 @@ has a previous release and one waiting for consent, their operations, a publishe
 requests reach existing resources and get past the preconditions, not only 404s and 400s. Every answer must pass:
 
 - ``not_a_server_error``: no 5xx;
-- ``status_code_conformance``: the status is documented for the operation;
+- ``status_code_conformance``: the status is documented for the operation (checked against the document without
+  its ``default`` responses, which would accept any status: ``without_default_responses``);
 - ``content_type_conformance``: the content type is the documented one;
 - ``response_schema_conformance``: the body matches the documented schema;
 - ``problem_json_with_a_stable_code`` (ours): every 4xx is ``application/problem+json`` with a ``code`` the service
@@ -230,10 +231,23 @@ def flatmap_headers(context: schemathesis.HookContext, headers: dict[str, Any] |
     )
 
 
+def without_default_responses(document: dict[str, Any]) -> dict[str, Any]:
+    """The document as the fuzzer checks it: every operation also documents ``default`` (any other status is
+    problem+json), which makes ``status_code_conformance`` accept every status. Without it, a status an operation
+    does not list fails the check."""
+    stripped = json.loads(json.dumps(document))
+    for operations in stripped.get("paths", {}).values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                operation["responses"].pop("default", None)
+    return stripped
+
+
 @pytest.fixture(scope="module")
 def api_schema() -> schemathesis.BaseSchema:
-    loaded = schemathesis.openapi.from_path(
-        COMMITTED, config=schemathesis.Config.from_dict({"phases": {"coverage": {"enabled": COVERAGE}}})
+    document = without_default_responses(json.loads(COMMITTED.read_text("utf-8")))
+    loaded = schemathesis.openapi.from_dict(
+        document, config=schemathesis.Config.from_dict({"phases": {"coverage": {"enabled": COVERAGE}}})
     )
     for hook in (flatmap_path_parameters, flatmap_body, flatmap_headers):
         loaded.hook(hook)
@@ -278,3 +292,18 @@ def test_the_api_under_schema_fuzzing(
         checks=CHECKS,
         timeout=30,
     )
+
+
+def test_the_fuzzer_checks_statuses_against_the_documented_ones_only() -> None:
+    """Without this, ``status_code_conformance`` passed whatever the status (every operation documents ``default``)."""
+    document = json.loads(COMMITTED.read_text("utf-8"))
+    assert all("default" in op["responses"] for ops in document["paths"].values() for op in ops.values())
+    checked = without_default_responses(document)
+    operations = [op for ops in checked["paths"].values() for op in ops.values()]
+    assert operations and all("default" not in op["responses"] for op in operations)
+    assert all(any(status.startswith("2") for status in op["responses"]) for op in operations)
+    # an undocumented status on an operation now fails the check (schemathesis reads the same responses)
+    loaded = schemathesis.openapi.from_dict(checked)
+    operation = next(iter(loaded.get_all_operations())).ok()
+    documented = {str(status) for status in operation.definition.raw["responses"]}
+    assert "418" not in documented and "default" not in documented

@@ -157,3 +157,17 @@ def test_the_quota_exceeded_an_admission_answers_is_documented_for_every_admissi
     ]
     for path, method in admitting:
         assert "`quota_exceeded`" in _documented_codes(path, method, 409), (method, path)
+
+
+@pytest.mark.parametrize(
+    "path", ["/v1/workspaces/%221%C2%A5/usage", "/v1/uploads/%E2%80%AE", "/v1/workspaces/ws%20x/installations"]
+)
+def test_a_path_parameter_no_id_pattern_takes_is_400_on_a_route_api_gateway_serves(acme: Caller, path: str) -> None:
+    # API Gateway routes any segment to the function; the function's id patterns do not take it: a malformed
+    # request (documented 400 on every route), not "no such route"
+    answer = acme.get(path)
+    assert (answer.status, answer.code) == (400, "invalid_request"), answer.body
+
+
+def test_an_unknown_route_is_still_404(acme: Caller) -> None:
+    assert (acme.get("/v1/nothing-here").status, acme.get("/v1/nothing-here").code) == (404, "not_found")

@@ -109,6 +109,11 @@ def build_resolver() -> APIGatewayHttpResolver:
 
     @app.not_found
     def _route_not_found(_: NotFoundError) -> Response[str]:
+        route_key = app.current_event.raw_event.get("routeKey")
+        if route_key and route_key != "$default":
+            # API Gateway matched a route (its parameters take any segment) that this function's id patterns do not:
+            # a path parameter holds characters no id, name or version has
+            return problem_response(InvalidRequest(f"a path parameter of {route_key} is not a valid id"))
         return problem_response(NotFound("no such route"))
 
     return app

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from packyard.api.principal import BEARER_SCHEME
 from packyard.authority import Permission
-from packyard.errors import Forbidden, PackyardError, Unauthorized
+from packyard.errors import Forbidden, InvalidRequest, PackyardError, Unauthorized
 
 PROBLEM_SCHEMA = {"$ref": "#/components/schemas/Problem"}
 # a list route's query parameters: at most 100 items a page (the catalogue's and the workspaces' MAX_PAGE), and the
@@ -34,13 +34,15 @@ def contract(
 
 def responses(ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]) -> dict[int, Any]:
     """Powertools ``responses=`` for a route: ``ok`` maps a status to (description, model); every route may also
-    answer 401 (no valid tenant claim)."""
+    answer 400 (a malformed path or query) and 401 (no valid tenant claim)."""
     documented: dict[int, Any] = {
         status: {"description": description, "content": {"application/json": {"model": model}}}
         for status, (description, model) in ok.items()
     }
     by_status: dict[int, list[type[PackyardError]]] = defaultdict(list)
-    declared: list[type[PackyardError]] = [*errors, Unauthorized]
+    # every route may answer 400: a control character in the path, a path parameter no id pattern takes, a query
+    # parameter out of its bounds (api.resolver)
+    declared: list[type[PackyardError]] = [InvalidRequest, *errors, Unauthorized]
     for error in declared:
         if error not in by_status[error.status]:
             by_status[error.status].append(error)
