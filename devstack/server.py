@@ -183,6 +183,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         # http.server's own refusals (414 request line too long, 431 header too long or too many, 400 bad request
         # line, 505): problem+json like every other answer, not its HTML page
         self.close_connection = True
+        if self._expired.is_set():  # the request line or headers were cut off by the deadline, not malformed
+            code, message, explain = 408, None, "the request did not arrive in time"
+            self.request_version = self.protocol_version
         title = message or HTTPStatus(code).phrase
         error_code = "invalid_request" if code < 500 else "internal_error"
         status, headers, payload = problem(code, error_code, HTTPStatus(code).phrase, explain or title)
@@ -281,6 +284,14 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         started = time.monotonic()
         limit = self.server.edge.max_body_bytes if self.server.edge is not None else UNLIMITED_BODY_BYTES
+        if self._expired.is_set():
+            # the deadline cut the headers short: what arrived is not the request the client is sending (a request
+            # line cut short reads as HTTP/0.9, which would get no status line)
+            self._disarm()
+            self.request_version = self.protocol_version
+            detail = "the request's headers did not arrive in time"
+            self._refuse(*problem(408, "invalid_request", "Request timeout", detail))
+            return
         try:
             body = self._read_body(limit)
         except BodyTooLarge:

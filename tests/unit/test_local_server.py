@@ -438,3 +438,33 @@ def test_the_edge_limits_switch_off(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     assert answers == [200] * 5
     monkeypatch.delenv("PACKYARD_LOCAL_EDGE_LIMITS")
     assert edge.configured() is not None
+
+
+@pytest.mark.parametrize(
+    "start", [b"GET /v1/fast HTTP/1.1\r\nHost: local\r\nX-Slow: ", b"GET /v1/fa"], ids=["headers", "request-line"]
+)
+def test_headers_trickled_past_the_deadline_are_408_never_a_truncated_request(edge_server: Edge, start: bytes) -> None:
+    import time
+
+    stop = threading.Event()
+    with edge_server.connect() as client:
+        client.sendall(start)
+        started = time.monotonic()
+
+        def trickle() -> None:
+            while not stop.wait(0.25):
+                try:
+                    client.send(b"a")
+                except OSError:
+                    return
+
+        sender = threading.Thread(target=trickle, daemon=True)
+        sender.start()
+        answer = _answer(client)
+        elapsed = time.monotonic() - started
+        stop.set()
+        sender.join()
+    assert answer.startswith("HTTP/1.1 408"), answer[:300]
+    assert _problem(answer)["status"] == 408
+    assert elapsed < 5
+    assert edge_server.api.calls == 0
