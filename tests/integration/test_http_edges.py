@@ -171,3 +171,17 @@ def test_a_path_parameter_no_id_pattern_takes_is_400_on_a_route_api_gateway_serv
 
 def test_an_unknown_route_is_still_404(acme: Caller) -> None:
     assert (acme.get("/v1/nothing-here").status, acme.get("/v1/nothing-here").code) == (404, "not_found")
+
+
+def test_a_yank_that_crashed_after_binding_its_key_is_finished_by_its_retry(acme: Caller) -> None:
+    from devstack.faults import InjectedCrash, crash_after
+
+    acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    # Given a yank whose process dies right after its key was bound (the first AWS call), before it yanked
+    with crash_after(1) as plan, pytest.raises(InjectedCrash):
+        acme.delete("/v1/packages/hello/versions/1.0.0", headers={"Idempotency-Key": "k-crash"})
+    assert plan.crashed
+    assert acme.get("/v1/packages/hello/versions/1.0.0").body.get("yankedAt") is None
+    # When the client retries under the same key, the yank is done (the binding is the same request's)
+    retried = acme.delete("/v1/packages/hello/versions/1.0.0", headers={"Idempotency-Key": "k-crash"})
+    assert retried.status == 200 and retried.body["yankedAt"], retried.body
