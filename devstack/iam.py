@@ -409,6 +409,79 @@ def unused_grants(role: Role, needs: Iterable[Need]) -> list[Grant]:
     return sorted(unused)
 
 
+# ------------------------------------------------------------------ grants wider than the calls need
+
+
+@dataclass(frozen=True, order=True)
+class WideGrant:
+    """A grant whose resource pattern reaches kinds of resource (:func:`resource_kind`) that no need of its action
+    is: ``beyond`` lists them, symbolic."""
+
+    grant: Grant
+    beyond: tuple[str, ...]
+
+
+OTHER = "packyard-probe-other"  # a name no resource of the stack has
+
+
+def probes(stack: Stack, template: str | Path = DEFAULT_TEMPLATE) -> list[str]:
+    """One resource ARN of every kind a grant could reach: the stack's bucket and an object under each key prefix
+    the code uses (``uploads/``, ``blobs/``) and under another; its table, each index and another index, a stream;
+    each state machine and an execution of it; each function; and the same kinds of resource that are not the
+    stack's (another bucket, table, state machine, function). A grant that reaches a probe of a kind its calls
+    never touch is wider than they need."""
+    region, account = stack.region, stack.account
+    found: list[str] = []
+    for bucket in stack.buckets.values():
+        found.append(f"arn:aws:s3:::{bucket}")
+        found += [object_arn(bucket, f"{prefix}/{OTHER}") for prefix in ("uploads", "blobs", OTHER)]
+    found += [f"arn:aws:s3:::{OTHER}", object_arn(OTHER, OTHER)]
+    resources = load_template(template).get("Resources", {})
+    for logical_id, name in stack.tables.items():
+        arn = table_arn(name, region, account)
+        indexes = resources.get(logical_id, {}).get("Properties", {}).get("GlobalSecondaryIndexes", [])
+        found += [arn, f"{arn}/index/{OTHER}", f"{arn}/stream/{OTHER}"]
+        found += [f"{arn}/index/{index['IndexName']}" for index in indexes]
+    found.append(table_arn(OTHER, region, account))
+    machines = [arn.rsplit(":", 1)[1] for arn in stack.state_machine_arns.values()]
+    for machine in [*machines, OTHER]:
+        found.append(f"arn:aws:states:{region}:{account}:stateMachine:{machine}")
+        found.append(f"arn:aws:states:{region}:{account}:execution:{machine}:{OTHER}")
+    found += [spec.arn for spec in stack.functions.values()]
+    found.append(_function_arn(OTHER, region, account))
+    return found
+
+
+def wider_grants(role: Role, needs: Iterable[Need], stack: Stack, reach: Iterable[str]) -> list[WideGrant]:
+    """The grants of ``role`` whose resource pattern reaches (among the ``reach`` probes) a kind of resource no
+    need of their action is. An action needed on ``*`` (no resource-level permissions) cannot be granted narrower;
+    a grant no need uses at all is :func:`unused_grants`' to report."""
+    wanted = list(set(needs))
+    targets = list(reach)
+    found: list[WideGrant] = []
+    for grant in grants(role):
+        action = _glob(grant.action, ignore_case=True)
+        needed = [n for n in wanted if action.match(n.action)]
+        if not needed or any(n.resource == "*" for n in needed):
+            continue
+        kinds = {resource_kind(n.resource, stack) for n in needed}
+        pattern = _glob(grant.resource)
+        beyond = sorted({resource_kind(t, stack) for t in targets if pattern.match(t)} - kinds)
+        if beyond:
+            found.append(WideGrant(grant, tuple(beyond)))
+    return sorted(found)
+
+
+def stated_wider(template: str | Path = DEFAULT_TEMPLATE) -> dict[tuple[str, str, str], str]:
+    """``(resource logical id, Sid, action)`` → why the template grants it wider than the calls observed need, from
+    the resource's ``Metadata: {packyard: {iam-wider: [{Sid, Action, Why}]}}`` entries."""
+    found: dict[tuple[str, str, str], str] = {}
+    for logical_id, resource in load_template(template).get("Resources", {}).items():
+        for entry in resource.get("Metadata", {}).get("packyard", {}).get("iam-wider", []):
+            found[(logical_id, str(entry["Sid"]), str(entry["Action"]))] = str(entry["Why"])
+    return found
+
+
 # ------------------------------------------------------------------ state machines: from their definitions
 
 

@@ -523,6 +523,66 @@ def test_no_role_grants_what_nothing_uses_unless_the_template_says_why(observed:
     assert uncommented == [], "an unused grant's statement needs a comment in template.yaml saying why it stays"
 
 
+def wide(observed: Observation, roles: dict[str, iam.Role], template: Any = devstack.DEFAULT_TEMPLATE) -> list[str]:
+    """Grants wider than the calls observed need (symbolic), less those the template says why it keeps."""
+    stated = iam.stated_wider(template)
+    reach = iam.probes(observed.stack, template)
+    found = []
+    for owner in [*FUNCTIONS, *MACHINES]:
+        for wider in iam.wider_grants(roles[owner], observed.needs[owner], observed.stack, reach):
+            grant = wider.grant
+            if (grant.owner, grant.statement, grant.action) not in stated:
+                found.append(
+                    f"{owner} / {grant.statement}: {grant.action} on {observed.sym(grant.resource)} "
+                    f"also reaches {', '.join(wider.beyond)}"
+                )
+    return found
+
+
+def test_no_role_grants_a_wider_resource_than_its_calls_need_unless_the_template_says_why(
+    observed: Observation,
+) -> None:
+    assert wide(observed, observed.roles) == [], "narrow the resource, or say why in the resource's Metadata"
+
+
+# the widenings the check must catch: (function, statement Sid, the wider Resource, a kind it then reaches)
+WIDENINGS = [
+    ("VerifyFunction", "ReadStagedAndHeldContent", {"Fn::Sub": "${PackyardBucket.Arn}/*"}, f"/{iam.OTHER}/*"),
+    ("AdmissionFunction", "LookUpInstallExecutions", "*", f"execution:{iam.OTHER}:*"),
+]
+
+
+def _widened_copy(directory: Any, function: str, sid: str, resource: Any, why: str | None = None) -> Any:
+    document = devstack.load_template(devstack.DEFAULT_TEMPLATE)
+    props = document["Resources"][function]["Properties"]
+    (statement,) = [s for p in props["Policies"] for s in p.get("Statement", []) if s.get("Sid") == sid]
+    statement["Resource"] = resource
+    if why is not None:
+        metadata = document["Resources"][function].setdefault("Metadata", {})
+        entries = [{"Sid": sid, "Action": a, "Why": why} for a in iam._as_tuple(statement["Action"])]
+        metadata.setdefault("packyard", {})["iam-wider"] = entries
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "statemachines").mkdir(exist_ok=True)
+    for definition in (devstack.ROOT / "statemachines").glob("*.json"):
+        (directory / "statemachines" / definition.name).write_text(definition.read_text())
+    path = directory / "template.yaml"
+    path.write_text(json.dumps(document))  # JSON is YAML
+    return path
+
+
+@pytest.mark.parametrize(("function", "sid", "resource", "reaches"), WIDENINGS, ids=[w[0] for w in WIDENINGS])
+def test_widening_a_grant_fails_the_check_unless_the_template_says_why(
+    observed: Observation, tmp_path: Any, function: str, sid: str, resource: Any, reaches: str
+) -> None:
+    template = _widened_copy(tmp_path / "widened", function, sid, resource)
+    roles = iam.roles(iam.expand_template(template), observed.stack, template)
+    (found,) = wide(observed, roles, template)
+    assert found.startswith(f"{function} / {sid}: ") and reaches in found, found
+
+    stated = _widened_copy(tmp_path / "stated", function, sid, resource, why="needed on every key, because …")
+    assert wide(observed, iam.roles(iam.expand_template(stated), observed.stack, stated), stated) == []
+
+
 def report(observed: Observation, unused: list[tuple[str, str, str, str]]) -> str:
     """Per function and state machine: the actions it needs and on what; then the grants nothing uses, by statement."""
     lines = ["IAM by observation: actions observed (functions) or derived from the definition (state machines)"]
