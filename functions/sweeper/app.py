@@ -26,7 +26,13 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return {"ignored": refused.detail}
     page = sweeps.sweep(DueKind(task.kind), task.shard, task.now, task.cursor)
     counts = {name: task.counts.get(name, 0) + page.counts.get(name, 0) for name in {*task.counts, *page.counts}}
-    answer: dict[str, Any] = {"kind": task.kind, "shard": task.shard, "time": event["time"], "counts": counts}
+    answer: dict[str, Any] = {
+        "kind": task.kind,
+        "shard": task.shard,
+        "time": event["time"],
+        "counts": counts,
+        "pages": task.pages + 1,
+    }
     if page.cursor:
         answer["cursor"] = page.cursor
     return answer

@@ -83,7 +83,7 @@ class ConsentTask(OperationTask):
 
 class SweepTask(BaseModel):
     """One page of one shard of a sweep (the maintenance state machine's Map item): ``time`` is the scheduled
-    event's time (RFC 3339), the sweep's "now"; ``cursor`` and ``counts`` come from the previous page."""
+    event's time (RFC 3339), the sweep's "now"; ``cursor``, ``counts`` and ``pages`` come from the previous page."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -92,6 +92,7 @@ class SweepTask(BaseModel):
     time: datetime
     cursor: str | None = Field(default=None, max_length=4096)
     counts: dict[str, int] = Field(default_factory=dict)
+    pages: int = Field(default=0, ge=0)  # pages this item swept in this run (the state machine bounds it)
 
     @property
     def now(self) -> int:
