@@ -62,6 +62,34 @@ LIMITS = {
     "API Gateway HTTP API: requests (account throttle)": 10000.0,
 }
 
+# --- Limits the template itself sets (read from template.yaml: route throttles, reserved concurrency) ---------------
+
+# the routes the simulated day loads, and what of the day each one carries
+ROUTE_LOADS = {
+    "GET /v1/workspaces/{workspace}/resolved": "reads",
+    "GET /v1/workspaces/{workspace}/operations/{operation}": "operation polls",
+    "PUT /v1/workspaces/{workspace}/installations/{installation}": "lifecycles",
+    "POST /v1/packages/{package}/versions/{version}/uploads": "publishes",
+    "POST /v1/uploads/{id}/complete": "publishes",
+    "GET /v1/uploads/{id}": "upload polls",
+}
+
+
+def route_limit(route: str) -> str:
+    return f"API route throttle: {route}"
+
+
+def template_limits(parameters: dict[str, str]) -> tuple[dict[str, float], dict[str, int]]:
+    """The route throttles of template.yaml (rate per second) for the routes the day loads, and the concurrency each
+    function reserves with ``parameters`` (none with the template's defaults)."""
+    from devstack import deployment
+    from devstack.template import DEFAULT_TEMPLATE, load_template
+
+    template = load_template(DEFAULT_TEMPLATE)
+    throttles = {t.route: t.rate for t in deployment.route_throttles(template, parameters)}
+    limits = {route_limit(route): throttles[route] for route in ROUTE_LOADS if route in throttles}
+    return limits, deployment.reserved_concurrency(template, parameters)
+
 
 # --- 1. Measure ----------------------------------------------------------------------------------------------------
 
@@ -383,6 +411,25 @@ def simulate(flows: dict[str, dict[str, Any]], day: Day) -> dict[str, Any]:
             )
             * burst,
         }
+        carried = {
+            "reads": reads_s,
+            "operation polls": lifecycles_s * day.polls_per_operation,
+            "lifecycles": lifecycles_s,  # every admission counted on PUT: an upper bound for that one route
+            "publishes": publishes_s,
+            "upload polls": publishes_s * day.polls_per_operation,
+        }
+        for route, what in ROUTE_LOADS.items():
+            if route_limit(route) in LIMITS:
+                load[route_limit(route)] = carried[what] * burst
+        # a function with reserved concurrency is capped there (Little's law again, ~50 ms a call)
+        per_function = {
+            "QueriesFunction": (reads_s + lifecycles_s * day.polls_per_operation) * 0.05 * burst,
+            "UploadsFunction": publishes_s * (2 + day.polls_per_operation) * 0.05 * burst,
+            "AdmissionFunction": lifecycles_s * 0.05 * burst,
+        }
+        for function, value in per_function.items():
+            if f"Lambda: {function} reserved concurrency" in LIMITS:
+                load[f"Lambda: {function} reserved concurrency"] = value
         for name, value in load.items():
             if value > peaks[name][0]:
                 peaks[name] = (value, minute)
@@ -440,15 +487,80 @@ def report(flows: dict[str, dict[str, Any]], day: Day) -> None:
     rows = sorted(
         ((value / LIMITS[name], name, value, minute) for name, (value, minute) in result["peaks"].items()), reverse=True
     )
-    print(f"\n  {'limit':<62}{'peak/s':>10}{'limit/s':>10}{'used':>8}  at")
+    print(f"\n  {'limit':<86}{'peak/s':>10}{'limit/s':>10}{'used':>8}  at")
     for used, name, value, minute in rows:
-        print(f"  {name:<62}{value:>10.1f}{LIMITS[name]:>10.0f}{used:>8.1%}  {minute // 60:02d}:{minute % 60:02d}")
+        print(f"  {name:<86}{value:>10.1f}{LIMITS[name]:>10.0f}{used:>8.1%}  {minute // 60:02d}:{minute % 60:02d}")
     used, name, value, minute = rows[0]
     headroom = 1 / used if used else float("inf")
-    print(
-        f"\n  bottleneck: {name} — {used:.1%} of its limit at the peak ({minute // 60:02d}:{minute % 60:02d}); "
-        f"the same day would have to grow {headroom:.1f}x for it to bind."
+    at = f"{minute // 60:02d}:{minute % 60:02d}"
+    if used > 1:
+        over = [row[1] for row in rows if row[0] > 1]
+        print(
+            f"\n  bottleneck: {name} — {used:.1%} of its limit at the peak ({at}): it binds already, the day needs "
+            f"{used:.1f}x what the template allows ({len(over)} limit(s) over: {'; '.join(over)})."
+        )
+    else:
+        print(
+            f"\n  bottleneck: {name} — {used:.1%} of its limit at the peak ({at}); "
+            f"the same day would have to grow {headroom:.1f}x for it to bind."
+        )
+
+
+# --- What a stack costs with no traffic -------------------------------------------------------------------------------
+
+SECONDS_A_MONTH = 30 * 24 * 3600
+# SnapStart for Python: the snapshot cache is billed per GB (of the function's memory) per second while a published
+# version is active, and each restore per GB restored (us-east-1, https://aws.amazon.com/lambda/pricing/)
+SNAPSTART_CACHE_GB_SECOND = 0.0000015046
+ALARM_A_MONTH = 0.10  # CloudWatch standard-resolution metric alarm
+
+
+def idle_cost() -> dict[str, float]:
+    """A month of a stack nobody calls, from template.yaml: the maintenance schedule's executions (each visits every
+    shard once: Shards, the Map, then SweepPage, MorePages and ShardSwept per shard), their Lambda calls and the
+    due-index query of each page, the SnapStart caches of the functions that have one, and the alarms."""
+    import re
+
+    from devstack.template import DEFAULT_TEMPLATE, load_template
+
+    template = load_template(DEFAULT_TEMPLATE)
+    resources = template["Resources"]
+    machine = resources["MaintenanceStateMachine"]["Properties"]
+    rate = machine["Events"]["Sweep"]["Properties"]["Schedule"]
+    minutes = int(re.fullmatch(r"rate\((\d+) minutes?\)", rate).group(1))  # type: ignore[union-attr]
+    runs = SECONDS_A_MONTH / (60 * minutes)
+    definition = json.loads((ROOT / machine["DefinitionUri"]).read_text())
+    shards = len(definition["States"]["Shards"]["Result"])
+    transitions = runs * (2 + 3 * shards)
+    pages = runs * shards
+    globals_ = template["Globals"]["Function"]
+    sweeper_memory = resources["SweeperFunction"]["Properties"].get("MemorySize", globals_["MemorySize"]) / 1024
+    snapstart_gb = sum(
+        r["Properties"].get("MemorySize", globals_["MemorySize"]) / 1024
+        for r in resources.values()
+        if r["Type"] == "AWS::Serverless::Function" and "SnapStart" in r["Properties"]
     )
+    alarms = sum(1 for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm")
+    duration = DURATION["default"][1]
+    return {
+        f"Step Functions: {runs:,.0f} runs x {2 + 3 * shards} transitions = {transitions:,.0f}": transitions
+        * PRICE["sfn_transition"],
+        f"Lambda: {pages:,.0f} sweeper calls": pages * PRICE["lambda_request"]
+        + pages * sweeper_memory * duration * PRICE["lambda_gb_second"],
+        f"DynamoDB: {pages:,.0f} due-index queries (0.5 RRU)": pages * 0.5 * PRICE["dynamodb_rru"],
+        f"SnapStart: {snapstart_gb:.1f} GB of snapshots cached": snapstart_gb
+        * SECONDS_A_MONTH
+        * SNAPSTART_CACHE_GB_SECOND,
+        f"CloudWatch: {alarms} alarms": alarms * ALARM_A_MONTH,
+    }
+
+
+def report_idle() -> None:
+    parts = idle_cost()
+    print("\n  Idle cost of a stack, a month with no traffic (us-east-1 list prices, before free tiers):")
+    for name, value in parts.items():
+        print(f"    {name:<62}${value:>8.2f}")
+    print(f"    {'total':<62}${sum(parts.values()):>8.2f}")
 
 
 def main() -> None:
@@ -456,7 +568,17 @@ def main() -> None:
     parser.add_argument("--skip-measure", action="store_true", help="use the figures recorded in docs/scaling.md")
     parser.add_argument("--tenants", type=int, default=10_000)
     parser.add_argument("--write", type=Path, help="write the measured figures as JSON")
+    parser.add_argument(
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a template parameter, e.g. ApiReservedConcurrency=50 (the template's defaults otherwise)",
+    )
     args = parser.parse_args()
+    route_limits, reserved = template_limits(dict(p.split("=", 1) for p in args.parameter))
+    LIMITS.update(route_limits)
+    LIMITS.update({f"Lambda: {function} reserved concurrency": float(n) for function, n in reserved.items()})
     recorded = ROOT / "benchmarks" / "capacity_measured.json"
     if args.skip_measure:
         flows = json.loads(recorded.read_text())
@@ -465,6 +587,7 @@ def main() -> None:
         if args.write:
             args.write.write_text(json.dumps(flows, indent=2, sort_keys=True) + "\n")
     report(flows, Day(tenants=args.tenants))
+    report_idle()
 
 
 if __name__ == "__main__":
