@@ -59,9 +59,6 @@ PIPELINE_MIN_BYTES = 8 * MiB
 """Archives smaller than this are verified on the calling thread alone: they take a few tens of milliseconds, and
 the reader stays exactly one read ahead of the walker (a refusal found in a header costs one read at most)."""
 
-SMALL_MEMBERS_MEAN_BYTES = 64 * 1024
-"""Below this mean file size (from the manifest), the per-member walk outweighs inflating: see ``_Pipeline``."""
-
 GZIP_HEADER_MAX = 1 * MiB
 """Largest gzip member header accepted (its optional name, comment and extra field included)."""
 
@@ -190,7 +187,8 @@ def verify_archive(
       leading ``./`` and, for a directory, one trailing ``/``) → ``UNSAFE_PATH``; link → ``LINK_NOT_ALLOWED``;
       anything but a regular file or directory, or setuid/setgid/sticky bits → ``SPECIAL_FILE``; path already seen,
       equal under NFC + case folding to one seen, or a directory where the manifest has a file → ``DUPLICATE_ENTRY``;
-      a directory no manifest file is under, or a file not in the manifest → ``UNEXPECTED_FILE``; header size differs from the manifest → ``SIZE_MISMATCH``;
+      a directory no manifest file is under, or a file not in the manifest → ``UNEXPECTED_FILE``; header size
+      differs from the manifest → ``SIZE_MISMATCH``;
       manifest ``mode`` given and ``member mode & 0o777`` differs → ``DIGEST_MISMATCH`` (detail "mode differs":
       the mode is part of what the manifest pins, like the content); running total of sizes above
       ``limits.max_unpacked_bytes`` → ``TOO_LARGE`` (before any data is read); sha256 of the data differs
@@ -252,12 +250,10 @@ class _Verifier:
             return self._finish(archive_hash.hexdigest(), declared_sha256)
         pipeline = _Pipeline(self._walker, self._check_clock)
         self._feed = pipeline.feed
-        # The compressed bytes are hashed on whichever thread has less else to do: the walker's when members are
-        # large (inflate is then the longer half), this one when many small members make the walk the longer half.
-        walk_heavy = self._walker.mean_file_size < SMALL_MEMBERS_MEAN_BYTES
-        archive_hash = hashlib.sha256() if walk_heavy else pipeline.archive_hash
         try:
-            self._stream(stream, archive_hash.update if walk_heavy else pipeline.hash_compressed)
+            # the compressed bytes are hashed on the walker's thread too: this one only reads and inflates (on
+            # source-like content with thousands of small members, hashing here instead measured no faster)
+            self._stream(stream, pipeline.hash_compressed)
         except BaseException:
             walker_error = pipeline.close()
             if walker_error is not None:  # found in bytes inflated before the reader's error: it comes first
@@ -266,7 +262,7 @@ class _Verifier:
         walker_error = pipeline.close()
         if walker_error is not None:
             raise walker_error
-        return self._finish(archive_hash.hexdigest(), declared_sha256)
+        return self._finish(pipeline.archive_hash.hexdigest(), declared_sha256)
 
     def _stream(self, stream: ReadableStream, hash_compressed: Callable[[bytes], None]) -> None:
         """Read, hash and inflate the whole stream."""
@@ -675,7 +671,6 @@ class _TarWalker:
         self._pax_local: dict[str, bytes] | None = None  # None: no pax header before the member to come
         self._longname: bytes | None = None
         self._ambiguity: str | None = None  # found in the extended headers of the member to come
-        self.mean_file_size = sum(entry.size for entry in manifest.files) // max(len(manifest.files), 1)
         self._manifest_dirs = {path.rpartition("/")[0] for path in self._expected} - {""}
         for parent in list(self._manifest_dirs):
             while (parent := parent.rpartition("/")[0]) and parent not in self._manifest_dirs:
