@@ -171,6 +171,11 @@ class _Resolver:
             if key == "Fn::If":
                 condition, if_true, if_false = arg
                 return self.resolve(if_true if self.condition(condition, where) else if_false, where)
+            if key == "Fn::Select":
+                index, items = self.resolve(arg[0], where), self.resolve(arg[1], where)
+                if not isinstance(items, list) or not 0 <= int(index) < len(items):
+                    raise UnsupportedTemplateError(f"{where}: Fn::Select index {index} is out of range")
+                return items[int(index)]
             if key.startswith("Fn::") or key == "Condition":
                 raise UnsupportedTemplateError(f"{where}: intrinsic {key} is not supported by the local stack")
         resolved = {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -119,10 +119,25 @@ class Settings(BaseModel):
     bucket_name: str = Field(default="", alias="BUCKET_NAME")
     publish_state_machine_arn: str = Field(default="", alias="PUBLISH_STATE_MACHINE_ARN")
     install_state_machine_arn: str = Field(default="", alias="INSTALL_STATE_MACHINE_ARN")
+    # Which claims of the verified token carry the principal (docs/decisions.md, "Identity providers as issued";
+    # README, "Connect your identity provider"). A claim name may be a namespaced URL (Auth0's
+    # https://example.com/tenant) or carry a colon (custom:tenant).
     tenant_claim: str = Field(default="tenant", alias="TENANT_CLAIM")
+    subject_claim: str = Field(default="sub", alias="SUBJECT_CLAIM")
+    # one claim, or several separated by commas whose scopes are united (Entra ID: scp for people, roles for apps)
     scope_claim: str = Field(default="scope", alias="SCOPE_CLAIM")
-    # owner (a person) or workflow (an automation client); a token without it acts as a workflow (fails closed)
+    # "string" (space separated, RFC 8693 / RFC 9068) or "array" (a JSON array, which API Gateway's HTTP API JWT
+    # authorizer passes as one bracketed string "[a b]"); one form, or one per scope claim, comma separated
+    scope_claim_form: str = Field(default="string", alias="SCOPE_CLAIM_FORM")
+    # stripped from each scope (Cognito writes <resource-server-identifier>/<scope>); when set, a scope without it
+    # belongs to another resource server and is ignored
+    scope_prefix: str = Field(default="", alias="SCOPE_PREFIX")
+    # owner (a person) or workflow (an automation client): the claim, the values (comma separated) that mean each,
+    # and what a token without the claim is (a value in neither list is refused 401 naming the claim)
     actor_claim: str = Field(default="actor", alias="ACTOR_CLAIM")
+    actor_owner_values: str = Field(default="owner", alias="ACTOR_OWNER_VALUES")
+    actor_workflow_values: str = Field(default="workflow", alias="ACTOR_WORKFLOW_VALUES")
+    actor_when_absent: Literal["owner", "workflow"] = Field(default="workflow", alias="ACTOR_WHEN_ABSENT")
 
 
 @lru_cache(maxsize=1)

@@ -3,13 +3,14 @@ path or body), and each route's declared permission is checked before anything i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver
 
 from packyard.authority import ActorKind, Permission, Principal, is_tenant_id
-from packyard.config import settings
-from packyard.errors import Forbidden, Unauthorized
+from packyard.config import Settings, settings
+from packyard.errors import Forbidden, MissingSetting, Unauthorized
 from packyard.observability import logger
 
 BEARER_SCHEME = "bearerAuth"
@@ -20,25 +21,87 @@ def principal_of(app: APIGatewayHttpResolver) -> Principal:
     follow."""
     context = app.current_event.request_context
     claims: dict[str, Any] = context.authorizer.jwt_claim if context.authorizer else {}
-    config = settings()
+    principal = principal_from_claims(claims or {}, settings())
+    logger.append_keys(tenant=principal.tenant, subject=principal.subject)
+    return principal
+
+
+def principal_from_claims(claims: Mapping[str, Any], config: Settings) -> Principal:
+    """The principal the claim mapping (``config``) reads from ``claims`` as API Gateway's HTTP API JWT authorizer
+    passes them (every value a string, an array as ``"[a b]"``; a real JSON value is read too). A missing or
+    malformed claim is 401 ``unauthorized`` naming the claim: never a default tenant, never a 500."""
     tenant = claims.get(config.tenant_claim)
     if not isinstance(tenant, str) or not tenant:
-        raise Unauthorized("the token carries no tenant claim")
+        raise Unauthorized(f"the token carries no tenant claim ({config.tenant_claim!r})", claim=config.tenant_claim)
     if not is_tenant_id(tenant):
-        raise Unauthorized("the token's tenant claim is not a valid tenant id")
-    subject = str(claims.get("sub", ""))
-    actor = ActorKind.OWNER if claims.get(config.actor_claim) == ActorKind.OWNER.value else ActorKind.WORKFLOW
-    logger.append_keys(tenant=tenant, subject=subject)
-    return Principal(tenant=tenant, subject=subject, scopes=_scopes(claims.get(config.scope_claim)), actor=actor)
+        raise Unauthorized(
+            f"the token's tenant claim ({config.tenant_claim!r}) is not a valid tenant id", claim=config.tenant_claim
+        )
+    subject = claims.get(config.subject_claim)
+    if isinstance(subject, int | float) and not isinstance(subject, bool):
+        subject = str(subject)
+    if not isinstance(subject, str) or not subject:
+        raise Unauthorized(f"the token carries no subject claim ({config.subject_claim!r})", claim=config.subject_claim)
+    return Principal(tenant=tenant, subject=subject, scopes=_scopes(claims, config), actor=_actor(claims, config))
 
 
-def _scopes(claim: Any) -> frozenset[str]:
-    """API Gateway passes the scope claim as one space-separated string; some IdPs send a list."""
-    if isinstance(claim, str):
-        return frozenset(claim.split())
-    if isinstance(claim, list | tuple):
-        return frozenset(str(item) for item in claim)
-    return frozenset()
+def _names(value: str) -> list[str]:
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _scopes(claims: Mapping[str, Any], config: Settings) -> frozenset[str]:
+    """The union of the scope claims' scopes (absent claims hold none), each stripped of the scope prefix."""
+    names = _names(config.scope_claim)
+    forms = _names(config.scope_claim_form) or ["string"]
+    if len(forms) not in (1, len(names)):
+        raise MissingSetting(
+            f"SCOPE_CLAIM_FORM names {len(forms)} forms for {len(names)} scope claims", settings=["SCOPE_CLAIM_FORM"]
+        )
+    found: set[str] = set()
+    for index, name in enumerate(names):
+        if name not in claims:
+            continue
+        form = forms[index] if len(forms) > 1 else forms[0]
+        found.update(_read_scope_claim(name, claims[name], form))
+    if not config.scope_prefix:
+        return frozenset(found)
+    prefix = config.scope_prefix
+    return frozenset(scope[len(prefix) :] for scope in found if scope.startswith(prefix) and len(scope) > len(prefix))
+
+
+def _read_scope_claim(name: str, value: Any, form: str) -> list[str]:
+    if form == "array":
+        if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+            return [item for item in value if item]
+        if isinstance(value, str) and value.startswith("[") and value.endswith("]"):
+            # API Gateway's HTTP API JWT authorizer flattens an array claim to "[a b c]" (docs/decisions.md)
+            return value[1:-1].split()
+        raise Unauthorized(f"the token's scope claim ({name!r}) is not an array", claim=name)
+    if form == "string":
+        if isinstance(value, str) and not (value.startswith("[") and value.endswith("]")):
+            return value.split()
+        raise Unauthorized(
+            f"the token's scope claim ({name!r}) is not a space-separated string (an array? set ScopeClaimForm to "
+            "array)",
+            claim=name,
+        )
+    raise MissingSetting(f"SCOPE_CLAIM_FORM {form!r} is neither string nor array", settings=["SCOPE_CLAIM_FORM"])
+
+
+def _actor(claims: Mapping[str, Any], config: Settings) -> ActorKind:
+    """Owner or workflow, by the actor claim's value; an unknown value is refused rather than guessed."""
+    if config.actor_claim not in claims:
+        return ActorKind(config.actor_when_absent)
+    value = claims[config.actor_claim]
+    if isinstance(value, str):
+        if value in _names(config.actor_workflow_values):
+            return ActorKind.WORKFLOW
+        if value in _names(config.actor_owner_values):
+            return ActorKind.OWNER
+    raise Unauthorized(
+        f"the token's actor claim ({config.actor_claim!r}) has a value that is neither an owner's nor a workflow's",
+        claim=config.actor_claim,
+    )
 
 
 def authorize(app: APIGatewayHttpResolver) -> Principal:
