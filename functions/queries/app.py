@@ -9,9 +9,10 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path
 
 from packyard.api.principal import authorize
+from packyard.api.principal_responses import PrincipalView
 from packyard.api.query_responses import InstallationPage, ResolvedView, TenantUsageView, WorkspaceUsageView
 from packyard.api.resolver import build_resolver, json_response, serve
-from packyard.api.routes import Cursor, PageSize, contract
+from packyard.api.routes import Cursor, PageSize, authenticated_contract, contract
 from packyard.api.workspace_responses import InstallationView, OperationView
 from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound
@@ -93,6 +94,15 @@ def get_workspace_usage(workspace: Annotated[str, Path()]) -> WorkspaceUsageView
 )
 def get_tenant_usage() -> TenantUsageView:
     return TenantUsageView.of(usage.tenant_usage(authorize(app).tenant))
+
+
+@app.get(
+    "/v1/me",
+    tags=["principal"],
+    **authenticated_contract({200: ("The principal as Packyard read it from the token", PrincipalView)}),
+)
+def get_me() -> PrincipalView:
+    return PrincipalView.of(authorize(app))
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name"))

@@ -16,6 +16,13 @@ ROUTES = [
     (method.upper(), path, operation["security"][0]["bearerAuth"][0])
     for path, operations in DOCUMENT["paths"].items()
     for method, operation in operations.items()
+    if operation["security"][0]["bearerAuth"]  # GET /v1/me needs a valid token only (test_me.py)
+]
+AUTHENTICATED_ONLY = [
+    (method.upper(), path)
+    for path, operations in DOCUMENT["paths"].items()
+    for method, operation in operations.items()
+    if operation["security"] == [{"bearerAuth": []}]
 ]
 IDS = {
     "package": "hello",
@@ -36,6 +43,7 @@ def _path(template: str) -> str:
 def test_every_route_declares_exactly_one_scope() -> None:
     assert len(ROUTES) >= 20
     assert {scope for _, _, scope in ROUTES} <= set(ALL_SCOPES)
+    assert AUTHENTICATED_ONLY == [("GET", "/v1/me")]  # the only route without a scope
 
 
 @pytest.mark.parametrize(("method", "path", "scope"), ROUTES, ids=[f"{m} {p}" for m, p, _ in ROUTES])

@@ -108,12 +108,11 @@ def authorize(app: APIGatewayHttpResolver) -> Principal:
     """The caller, if it holds every permission the current route declares (its OpenAPI ``security``); a route that
     declares none is refused, so forgetting to declare one fails closed."""
     route = app.context.get("_route")
-    declared = [
-        Permission(scope)
-        for requirement in (getattr(route, "security", None) or [])
-        for scope in requirement.get(BEARER_SCHEME, [])
-    ]
-    if not declared:
+    requirements = getattr(route, "security", None) or []
+    declared = [Permission(scope) for requirement in requirements for scope in requirement.get(BEARER_SCHEME, [])]
+    # a route that declares the bearer scheme with no scope (GET /v1/me) needs only a valid token
+    authenticated_only = any(requirement.get(BEARER_SCHEME) == [] for requirement in requirements)
+    if not declared and not authenticated_only:
         raise Forbidden("this route declares no permission")
     principal = principal_of(app)
     for permission in declared:

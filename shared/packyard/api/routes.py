@@ -32,6 +32,12 @@ def contract(
     }
 
 
+def authenticated_contract(ok: Mapping[int, tuple[str, type[BaseModel]]]) -> dict[str, Any]:
+    """Route decorator keywords for a route any valid token may call (``security`` with no scope, which
+    ``authorize`` reads as "authenticated only"; a route that declares no ``security`` at all is still refused)."""
+    return {"security": [{BEARER_SCHEME: []}], "responses": responses(ok, ())}
+
+
 def responses(ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]) -> dict[int, Any]:
     """Powertools ``responses=`` for a route: ``ok`` maps a status to (description, model); every route may also
     answer 400 (a malformed path or query) and 401 (no valid tenant claim)."""
