@@ -41,7 +41,7 @@ from packyard_cli.commands.installations import (
     cmd_update,
 )
 from packyard_cli.commands.local import cmd_local, cmd_token
-from packyard_cli.commands.maintenance import cmd_sweep, cmd_usage
+from packyard_cli.commands.maintenance import cmd_sweep, cmd_usage, cmd_whoami
 from packyard_cli.commands.publishing import cmd_build, cmd_publish, cmd_pull, cmd_releases, cmd_yank
 from packyard_cli.commands.setup import cmd_completion, cmd_init, cmd_profiles
 from packyard_cli.completion import SHELLS
@@ -299,6 +299,11 @@ def _local_commands(command: AddCommand) -> None:
         "sweep", "run every maintenance sweep once on the local stack (the schedule does it on AWS)", cmd_sweep
     )
     usage = command("usage", "the tenant's stored bytes, and a workspace's, against their quotas", cmd_usage)
+    command(
+        "whoami",
+        "the principal the service read from the token: tenant, subject, actor, scopes (GET /v1/me)",
+        cmd_whoami,
+    )
     usage.add_argument("workspace", nargs="?", metavar="WORKSPACE", help="also this workspace's usage")
 
     sweep.add_argument(

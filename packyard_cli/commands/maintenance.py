@@ -116,3 +116,26 @@ def cmd_usage(ctx: Context, args: argparse.Namespace) -> int:
         rows.append({"scope": f"workspace {args.workspace}", **dict(ctx.client.request("GET", path).body or {})})
     ctx.show({"items": rows}, columns=USAGE_COLUMNS)
     return EXIT_OK
+
+
+def cmd_whoami(ctx: Context, args: argparse.Namespace) -> int:
+    """The principal as the service read it from the token (``GET /v1/me``): what an identity provider's claims
+    mapped to (tenant, subject, owner or workflow, scopes and the permissions they grant)."""
+    body = dict(ctx.client.request("GET", "/v1/me").body or {})
+
+    def render() -> None:
+        for name in ("tenant", "subject", "actor"):
+            print(f"{name:<12}{body.get(name, '')}")
+        print(f"{'scopes':<12}{' '.join(body.get('scopes') or []) or '(none)'}")
+        print(f"{'permissions':<12}{' '.join(body.get('permissions') or []) or '(none)'}")
+
+    ctx.show(body, render=render, columns=WHOAMI_COLUMNS, items=[body])
+    return EXIT_OK
+
+
+WHOAMI_COLUMNS = (
+    Column("tenant", dig("tenant"), key=True),
+    Column("subject", dig("subject"), key=True),
+    Column("actor", dig("actor")),
+    Column("permissions", lambda item: " ".join(item.get("permissions") or [])),
+)
