@@ -124,6 +124,15 @@ def _sweep_on_schedule(machine: str, aws_url: str, every: float, stop: threading
             sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))
 
 
+def tokens_shaped_like(idp: str | None) -> dict[str, str] | None:
+    """The template parameters that read tokens shaped like identity provider ``idp``'s (None: the defaults)."""
+    if not idp:
+        return None
+    from packyard_cli.identity_providers import PROVIDERS
+
+    return dict(PROVIDERS[idp].parameters)
+
+
 def start(
     sockets: Sockets,
     *,
@@ -134,6 +143,7 @@ def start(
     retry_wait_scale: float = 1.0,
     log: Callable[[str], None] | None = None,
     sweep_every: float = SWEEP_EVERY,
+    idp: str | None = None,
 ) -> LocalStack:
     """Start moto on ``sockets.aws``, create the stack, start the HTTP API on ``sockets.api``.
 
@@ -204,7 +214,9 @@ def start(
         stoppers.append(moto_server.server_close)
         stoppers.append(moto_server.shutdown)
 
-        stack = create_stack(region=region, endpoint_url=aws_url)
+        # --idp: the claim mapping of packyard_cli.identity_providers, passed as the template's parameters
+        parameters = tokens_shaped_like(idp)
+        stack = create_stack(region=region, endpoint_url=aws_url, parameters=parameters)
         serializable.install()  # DynamoDB's own atomicity, which moto's server threads would not give
         stoppers.append(serializable.uninstall)
         lambdas.install(stack)
@@ -302,6 +314,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
                 state_dir=args.state_dir,
                 log_level=args.log_level,
                 verbose=args.verbose,
+                idp=getattr(args, "idp", None),
                 log=lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True),
             )
     except Exception as exc:

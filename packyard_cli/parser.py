@@ -294,6 +294,11 @@ def _local_commands(command: AddCommand) -> None:
         "narrow grants); default: %(default)s",
     )
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds (default: %(default)s)")
+    token.add_argument(
+        "--like",
+        choices=("cognito", "auth0", "okta", "entra", "keycloak"),
+        help="shape the token like that identity provider's (the stack must read it: packyard local --idp NAME)",
+    )
 
     sweep = command(
         "sweep", "run every maintenance sweep once on the local stack (the schedule does it on AWS)", cmd_sweep

@@ -77,5 +77,11 @@ def add_local_arguments(parser: argparse.ArgumentParser, *, verbose: bool = True
         "--aws-port", type=int, default=DEFAULT_AWS_PORT, help="moto server port (default: %(default)s; 0: any free)"
     )
     parser.add_argument("--log-level", default="WARNING", help="handlers' Powertools log level (default: %(default)s)")
+    parser.add_argument(
+        "--idp",
+        choices=("cognito", "auth0", "okta", "entra", "keycloak"),
+        help="read tokens shaped like that identity provider's (its claim mapping as template parameters; mint "
+        "them with packyard token --like NAME)",
+    )
     if verbose:
         parser.add_argument("--verbose", action="store_true", help="also show moto's AWS calls and EMF metrics")

@@ -26,6 +26,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 ALGORITHM = "RS256"
 ISSUER = "https://packyard.local/"
 AUDIENCE = "packyard"
+# JwtAudience of the local authorizer: its own audience and the client ids of tokens shaped like an identity
+# provider's (packyard_cli.identity_providers); a token without ``aud`` is matched by ``client_id`` as on AWS
+AUDIENCES = (AUDIENCE, "packyard-cli", "packyard-machine")
 # Every scope the service knows: a locally minted token may do everything unless --scope narrows it.
 ALL_SCOPES = (
     "packages:read",
@@ -101,6 +104,13 @@ class LocalKey:
         signing_key = self.private_key if self.private_key is not None else self.private_pem
         return jwt.encode(claims, signing_key, algorithm=ALGORITHM, headers={"kid": self.kid})
 
+    def mint_claims(self, claims: Mapping[str, Any], *, ttl_seconds: int = DEFAULT_TTL_SECONDS) -> str:
+        """A token of the local issuer carrying ``claims`` (a provider's shape) and a lifetime of ``ttl_seconds``."""
+        issued = int(time.time())
+        payload = {"iss": ISSUER, "iat": issued, "exp": issued + ttl_seconds, "jti": uuid.uuid4().hex, **claims}
+        signing_key = self.private_key if self.private_key is not None else self.private_pem
+        return jwt.encode(payload, signing_key, algorithm=ALGORITHM, headers={"kid": self.kid})
+
     def verify(self, token: str) -> dict[str, Any]:
         """The token's claims if the deployed authorizer would accept it, else :class:`InvalidToken`."""
         try:
@@ -108,9 +118,8 @@ class LocalKey:
                 token,
                 self.public_key if self.public_key is not None else self.public_pem,
                 algorithms=[ALGORITHM],
-                audience=AUDIENCE,
                 issuer=ISSUER,
-                options={"require": ["exp", "iss", "aud"]},
+                options={"require": ["exp", "iss"], "verify_aud": False},
                 leeway=5,
             )
         except jwt.ExpiredSignatureError:
@@ -123,6 +132,11 @@ class LocalKey:
             raise InvalidToken("the token's signature does not match the local key") from None
         except jwt.PyJWTError as exc:
             raise InvalidToken(f"the token is not valid: {exc}") from None
+        # API Gateway's JWT authorizer: aud must match one of the audiences; a token without aud, its client_id
+        audience = claims.get("aud", claims.get("client_id"))
+        audiences = audience if isinstance(audience, list) else [audience]
+        if not any(isinstance(value, str) and value in AUDIENCES for value in audiences):
+            raise InvalidToken(f"the token's audience is not {AUDIENCE!r}")
         return claims
 
 

@@ -31,7 +31,14 @@ def cmd_token(ctx: Context, args: argparse.Namespace) -> int:
     key = tokens.load_or_create_key(args.state_dir)
     scopes = [s for value in args.scope or [] for s in value.split()] or list(tokens.DEFAULT_SCOPES)
     tenant = args.tenant or os.environ.get("PACKYARD_TENANT") or ctx.profile.tenant or "local"
-    token = key.mint(tenant=tenant, subject=args.subject, scopes=scopes, ttl_seconds=args.ttl, actor=args.actor)
+    like = getattr(args, "like", None)
+    if like:
+        from packyard_cli.identity_providers import PROVIDERS
+
+        shaped = PROVIDERS[like].shape(tenant, args.subject, scopes, args.actor == "owner")
+        token = key.mint_claims(shaped, ttl_seconds=args.ttl)
+    else:
+        token = key.mint(tenant=tenant, subject=args.subject, scopes=scopes, ttl_seconds=args.ttl, actor=args.actor)
     body = {
         "token": token,
         "tenant": tenant,
