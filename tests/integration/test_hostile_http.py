@@ -76,10 +76,11 @@ def test_given_a_body_that_is_not_json_then_unsupported_media_type(published: Ca
     assert (refused.status, refused.body["code"]) == (415, "unsupported_media_type")
 
 
-def test_given_a_config_larger_than_its_limit_then_invalid_request_up_front(published: Caller) -> None:
+def test_given_a_config_larger_than_its_limit_then_limit_exceeded_up_front(published: Caller) -> None:
+    # a size bound of what is copied into items answers 422 limit_exceeded naming the limit (issue 20, item 2)
     body = {"package": "hello", "version": "1.0.0", "config": {"blob": "x" * 250_000}}
     refused = _send(published, "PUT", PUT_PATH, body)
-    assert (refused.status, refused.body["code"]) == (400, "invalid_request")
+    assert (refused.status, refused.body["code"], refused.body["limit"]) == (422, "limit_exceeded", "max_config_bytes")
     assert published.get(f"/v1/workspaces/{WS}/installations").body["items"] == []
 
 

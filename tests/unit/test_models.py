@@ -4,7 +4,7 @@ import pytest
 
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, InvalidRequest, VersionConflict
 from packyard.publishing.models import check_package_name, check_version, semver_key
-from packyard.publishing.rejection import rejection_from
+from packyard.publishing.rejection import PUBLISH_FAILED_DETAIL, rejection_from
 
 
 @pytest.mark.parametrize("name", ["a", "hello-skill", "pkg.v2", "a_b", "x" * 64])
@@ -58,9 +58,11 @@ def test_rejection_from_a_caught_error_maps_the_error_type_not_the_message():
     assert (rejection.code, rejection.detail) == ("version_exists", "p@1 taken")
 
 
-def test_rejection_from_an_unknown_failure_is_publish_failed():
+def test_rejection_from_an_unknown_failure_is_publish_failed_in_packyards_words():
+    # issue 20: no Step Functions Cause (AWS error text, a stack trace) reaches the answer
     rejection = rejection_from(None, {"Error": "States.Timeout", "Cause": "timed out"})
-    assert (rejection.code, rejection.detail) == ("publish_failed", "timed out")
+    assert (rejection.code, rejection.detail) == ("publish_failed", PUBLISH_FAILED_DETAIL)
+    assert "timed out" not in rejection.detail and "States." not in rejection.detail
 
 
 @pytest.mark.parametrize(

@@ -10,14 +10,26 @@ of an unavailable release; the altered bytes are never served.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from packyard import clock
 from packyard.config import limits
 from packyard.errors import ReleaseUnavailable
 from packyard.installations.models import ReleaseRef
-from packyard.maintenance import scrub
-from packyard.publishing.models import Release
 from packyard.store import blobs
+
+if TYPE_CHECKING:
+    from packyard.publishing.models import Release
+
+
+def _found_unusable(
+    tenant: str, digest: str, found: tuple[str, int] | None, release: tuple[str, str], found_by: str
+) -> None:
+    # The scrub's marking (and the publish side it imports: release models, the catalogue's store) is loaded only
+    # when a manifest fails its check, so the Queries function's cold start stays without it (issue 11).
+    from packyard.maintenance import scrub
+
+    scrub.found_unusable(tenant, digest, clock.now(), found=found, release=release, found_by=found_by)
 
 
 def read_manifest(tenant: str, release: Release, *, found_by: str) -> bytes | None:
@@ -27,14 +39,7 @@ def read_manifest(tenant: str, release: Release, *, found_by: str) -> bytes | No
     if raw is not None and hashlib.sha256(raw).hexdigest() == release.manifest_digest:
         return raw
     found = None if raw is None else (hashlib.sha256(raw).hexdigest(), len(raw))
-    scrub.found_unusable(
-        tenant,
-        release.manifest_digest,
-        clock.now(),
-        found=found,
-        release=(release.package, release.version),
-        found_by=found_by,
-    )
+    _found_unusable(tenant, release.manifest_digest, found, (release.package, release.version), found_by)
     return None
 
 
@@ -44,9 +49,7 @@ def manifest_intact(tenant: str, ref: ReleaseRef, *, found_by: str) -> bool:
     found = blobs.sha256_of(blobs.blob_key(tenant, ref.manifest_digest), stop_after=limits().manifest_max_bytes)
     if found is not None and found[0] == ref.manifest_digest:
         return True
-    scrub.found_unusable(
-        tenant, ref.manifest_digest, clock.now(), found=found, release=(ref.package, ref.version), found_by=found_by
-    )
+    _found_unusable(tenant, ref.manifest_digest, found, (ref.package, ref.version), found_by)
     return False
 
 
