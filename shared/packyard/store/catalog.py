@@ -464,8 +464,7 @@ def heal_release(
             "Update": {
                 "TableName": table_name(),
                 "Key": key(rpk, rsk),
-                "UpdateExpression": "SET #status = :restored, healedAt = :now, healedBy = :upload "
-                "REMOVE unavailableAt",
+                "UpdateExpression": "SET #status = :restored, healedAt = :now, healedBy = :upload REMOVE unavailableAt",
                 "ConditionExpression": "#status = :unavailable AND manifestDigest = :digest",
                 "ExpressionAttributeNames": {"#status": "status"},
                 "ExpressionAttributeValues": marshal(
