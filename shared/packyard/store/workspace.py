@@ -506,46 +506,28 @@ def mark_needs_attention(tenant: str, workspace: str, installation_id: str, rele
     """An active installation of ``release`` (package, version), whose stored bytes failed an integrity check:
     ``needs_attention`` (its version moves on: an operation planned on the old one no longer commits). False when
     it is not (or no longer) an active installation of that release."""
-    pk, sk = installation_key(tenant, workspace, installation_id)
-    package, version = release
-    updated = dynamo.update(
-        {
-            "Key": key(pk, sk),
-            "UpdateExpression": "SET #status = :attention, updatedAt = :now ADD #version :one",
-            "ConditionExpression": "#status = :active AND #release.#package = :package "
-            "AND #release.#version = :version",
-            "ExpressionAttributeNames": {
-                "#status": "status",
-                "#version": "version",
-                "#release": "release",
-                "#package": "package",
-            },
-            "ExpressionAttributeValues": marshal(
-                {
-                    ":attention": str(InstallationStatus.NEEDS_ATTENTION),
-                    ":active": str(InstallationStatus.ACTIVE),
-                    ":package": package,
-                    ":version": version,
-                    ":now": now,
-                    ":one": 1,
-                }
-            ),
-        }
-    )
-    return updated is not None
+    return _move_attention(tenant, workspace, installation_id, release, now, attention=True)
 
 
 def mark_attended(tenant: str, workspace: str, installation_id: str, release: tuple[str, str], now: int) -> bool:
     """The reverse of ``mark_needs_attention``, once the release's stored bytes were replaced by verified ones (a
     healing publish): ``needs_attention`` → ``active`` (its version moves on again). False when it is not (or no
     longer) an installation of that release needing attention."""
+    return _move_attention(tenant, workspace, installation_id, release, now, attention=False)
+
+
+def _move_attention(
+    tenant: str, workspace: str, installation_id: str, release: tuple[str, str], now: int, *, attention: bool
+) -> bool:
+    """``active`` → ``needs_attention`` (``attention``) or back, conditioned on the installation's release."""
     pk, sk = installation_key(tenant, workspace, installation_id)
     package, version = release
+    to, from_ = (":attention", ":active") if attention else (":active", ":attention")
     updated = dynamo.update(
         {
             "Key": key(pk, sk),
-            "UpdateExpression": "SET #status = :active, updatedAt = :now ADD #version :one",
-            "ConditionExpression": "#status = :attention AND #release.#package = :package "
+            "UpdateExpression": f"SET #status = {to}, updatedAt = :now ADD #version :one",
+            "ConditionExpression": f"#status = {from_} AND #release.#package = :package "
             "AND #release.#version = :version",
             "ExpressionAttributeNames": {
                 "#status": "status",
