@@ -44,7 +44,6 @@ class Reader:
     name: str
     read: Callable[[Path, Path], tuple[str | None, tuple[str, ...]]]
     """Extract the archive at the first path into the destination (second path); return (failure, written outside)."""
-    executable: str | None = None
 
 
 def _gnu_tar() -> str | None:
@@ -103,8 +102,8 @@ def _tarfile_data_read(archive: Path, dest: Path) -> tuple[str | None, tuple[str
 
 
 READERS: tuple[Reader, ...] = (
-    Reader("gnu-tar", _gnu_tar_read, "tar"),
-    Reader("bsdtar", _bsdtar_read, "bsdtar"),
+    Reader("gnu-tar", _gnu_tar_read),
+    Reader("bsdtar", _bsdtar_read),
     Reader("tarfile", _tarfile_default_read),
     Reader("tarfile-data", _tarfile_data_read),
 )

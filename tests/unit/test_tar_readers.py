@@ -89,10 +89,10 @@ def check_one_reading(raw: bytes, meant: dict[str, tuple[int, str]] | None = Non
         if manifest is None or verdict(raw, manifest) is not None:
             continue
         accepted = True
-        problems = compare(readings, files)
-        assert problems, (
+        comparison = compare(readings, files)
+        assert comparison, (
             f"the verifier accepted an archive the readers do not all extract as its manifest {sorted(files)}: "
-            + "; ".join(problems.problems)
+            + "; ".join(comparison.problems)
         )
     return readings, accepted
 
