@@ -379,12 +379,7 @@ def publish_release(
     try:
         transact(items, step="upload.publish")
     except TransactionCancelled as cancelled:
-        old_release = cancelled.old_item(0) if cancelled.failed(0) else None
-        return PublishOutcome(
-            existing_release=from_item(Release, old_release) if old_release else None,
-            upload_changed=cancelled.failed(1),
-            blob_race=any(cancelled.failed(i) for i in range(3, len(items))),
-        )
+        return _publish_outcome(cancelled, blobs=range(3, len(items)))
     return None
 
 
@@ -529,13 +524,18 @@ def heal_release(
     try:
         transact(items, step="upload.heal")
     except TransactionCancelled as cancelled:
-        old_release = cancelled.old_item(0) if cancelled.failed(0) else None
-        return PublishOutcome(
-            existing_release=from_item(Release, old_release) if old_release else None,
-            upload_changed=cancelled.failed(1),
-            blob_race=any(cancelled.failed(i) for i in range(2, len(items))),
-        )
+        return _publish_outcome(cancelled, blobs=range(2, len(items)))
     return None
+
+
+def _publish_outcome(cancelled: TransactionCancelled, *, blobs: range) -> PublishOutcome:
+    """What blocked a publish or heal transaction: item 0 is the release, item 1 the upload, ``blobs`` the rest."""
+    old_release = cancelled.old_item(0) if cancelled.failed(0) else None
+    return PublishOutcome(
+        existing_release=from_item(Release, old_release) if old_release else None,
+        upload_changed=cancelled.failed(1),
+        blob_race=any(cancelled.failed(i) for i in blobs),
+    )
 
 
 def settle_upload_as_duplicate(upload: Upload, now: int, *, retain_until: int) -> None:
