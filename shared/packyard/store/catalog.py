@@ -342,29 +342,9 @@ def publish_release(
             }
         },
     ]
-    for sha256, size in new_blobs.items():
-        bpk, bsk = blob_key(release.tenant, sha256)
-        items.append(
-            {
-                "Put": {
-                    "TableName": table_name(),
-                    "Item": to_item(
-                        bpk,
-                        bsk,
-                        BlobRecord(
-                            sha256=sha256, size=size, created_at=now, tenant=release.tenant, refs=1, generation=1
-                        ),
-                        releases=used_by,
-                        **(
-                            due.attributes(due.DueKind.BLOB, blob_identity(release.tenant, sha256), check_blobs_at)
-                            if check_blobs_at is not None
-                            else {}
-                        ),
-                    ),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            }
-        )
+    items += [
+        _new_blob(release.tenant, sha256, size, now, used_by, check_blobs_at) for sha256, size in new_blobs.items()
+    ]
     adopted = 0
     for known in known_blobs:
         items.append(
@@ -381,6 +361,21 @@ def publish_release(
     except TransactionCancelled as cancelled:
         return _publish_outcome(cancelled, blobs=range(3, len(items)))
     return None
+
+
+def _new_blob(tenant: str, sha256: str, size: int, now: int, used_by: set[str], check_at: int | None) -> dict[str, Any]:
+    """The publish (or heal) transaction's item for a blob record read absent: written with one reference, due for
+    its first integrity check at ``check_at`` (when given)."""
+    bpk, bsk = blob_key(tenant, sha256)
+    record = BlobRecord(sha256=sha256, size=size, created_at=now, tenant=tenant, refs=1, generation=1)
+    checks = due.attributes(due.DueKind.BLOB, blob_identity(tenant, sha256), check_at) if check_at is not None else {}
+    return {
+        "Put": {
+            "TableName": table_name(),
+            "Item": to_item(bpk, bsk, record, releases=used_by, **checks),
+            "ConditionExpression": "attribute_not_exists(pk)",
+        }
+    }
 
 
 def _known_blob_reference(
@@ -476,24 +471,9 @@ def heal_release(
         },
         _mark_published(upload, now, retain_until),
     ]
-    for sha256, size in new_blobs.items():
-        bpk, bsk = blob_key(release.tenant, sha256)
-        record = BlobRecord(sha256=sha256, size=size, created_at=now, tenant=release.tenant, refs=1, generation=1)
-        items.append(
-            {
-                "Put": {
-                    "TableName": table_name(),
-                    "Item": to_item(
-                        bpk,
-                        bsk,
-                        record,
-                        releases=used_by,
-                        **due.attributes(due.DueKind.BLOB, blob_identity(release.tenant, sha256), check_blobs_at),
-                    ),
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            }
-        )
+    items += [
+        _new_blob(release.tenant, sha256, size, now, used_by, check_blobs_at) for sha256, size in new_blobs.items()
+    ]
     for known in known_blobs:
         next_check = due.attributes(due.DueKind.BLOB, blob_identity(release.tenant, known.sha256), check_blobs_at)
         bpk, bsk = blob_key(release.tenant, known.sha256)
