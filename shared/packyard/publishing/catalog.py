@@ -3,7 +3,6 @@ yanked version is never reused)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -51,9 +50,10 @@ def get_version(tenant: str, package: str, version: str) -> tuple[Release, dict[
         return release, {}  # yanked, nothing held it, and its stored bytes were reclaimed
     if release.status is ReleaseStatus.UNAVAILABLE:
         # its stored bytes failed an integrity check: the manifest is shown only if it still reads as published
-        raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest), at_most=release.manifest_size)
-        if raw is None or hashlib.sha256(raw).hexdigest() != release.manifest_digest:
+        intact = integrity.intact_manifest(tenant, release)
+        if intact is None:
             return release, {}
+        raw = intact
     else:
         checked = integrity.read_manifest(tenant, release, found_by="version_route")
         if checked is None:

@@ -32,13 +32,25 @@ def _found_unusable(
     scrub.found_unusable(tenant, digest, clock.now(), found=found, release=release, found_by=found_by)
 
 
+def _read_stored(tenant: str, release: Release) -> tuple[bytes, str] | None:
+    """The release's stored manifest bytes and their sha256; None when the object is missing."""
+    raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest), at_most=release.manifest_size)
+    return None if raw is None else (raw, hashlib.sha256(raw).hexdigest())
+
+
+def intact_manifest(tenant: str, release: Release) -> bytes | None:
+    """The release's stored manifest when its sha256 equals ``manifestDigest``, else None (nothing is marked)."""
+    stored = _read_stored(tenant, release)
+    return stored[0] if stored is not None and stored[1] == release.manifest_digest else None
+
+
 def read_manifest(tenant: str, release: Release, *, found_by: str) -> bytes | None:
     """The release's canonical manifest as stored, once its sha256 equals ``manifestDigest``; None when it is
     missing or altered (the release and its installations are then marked as the scrub marks them)."""
-    raw = blobs.read_bytes(blobs.blob_key(tenant, release.manifest_digest), at_most=release.manifest_size)
-    if raw is not None and hashlib.sha256(raw).hexdigest() == release.manifest_digest:
-        return raw
-    found = None if raw is None else (hashlib.sha256(raw).hexdigest(), len(raw))
+    stored = _read_stored(tenant, release)
+    if stored is not None and stored[1] == release.manifest_digest:
+        return stored[0]
+    found = None if stored is None else (stored[1], len(stored[0]))
     _found_unusable(tenant, release.manifest_digest, found, (release.package, release.version), found_by)
     return None
 
