@@ -11,7 +11,7 @@ write without a case fails here).
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,8 +32,12 @@ from packyard.store import jobs as job_store
 from packyard.store.due import DueKind
 from packyard.store.workspace import consent_key
 from packyard_cli.build import build_from_files
+from tests.support import stacks
 from tests.support.callers import used_bytes
 from tests.support.sweeping import sweep_kinds
+
+stack = stacks.stack
+fresh_config = stacks.fresh_config
 
 STORE = Path(__file__).parents[2] / "shared" / "packyard" / "store"
 WS = "ws-lost"
@@ -56,18 +60,6 @@ def transactional_writes() -> set[str]:
                     if name == "transact":
                         found.add(f"{path.stem}.{node.name}")
     return found
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[devstack.Stack]:
-    with devstack.local_aws() as created:
-        yield created
-
-
-@pytest.fixture(autouse=True)
-def _fresh_config() -> Iterator[None]:
-    yield
-    config.reset()
 
 
 def _staged(stack: devstack.Stack, tenant: str) -> int:

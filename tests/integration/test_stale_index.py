@@ -5,7 +5,6 @@ such an image (``devstack.faults.stale_index`` answers the index's pages from an
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -20,24 +19,16 @@ from packyard.operations import settlement
 from packyard.store import due, workflows
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
+from tests.support import stacks
 from tests.support.callers import used_bytes
 from tests.support.sweeping import sweep_kinds
+
+stack = stacks.stack
+fresh_config = stacks.fresh_config
 
 HOUR = 3600
 WS = "ws-stale"
 DAY = 24 * HOUR
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[devstack.Stack]:
-    with devstack.local_aws() as created:
-        yield created
-
-
-@pytest.fixture(autouse=True)
-def _fresh_config() -> Iterator[None]:
-    yield
-    config.reset()
 
 
 def _staged(stack: devstack.Stack, tenant: str) -> list[str]:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,12 +12,9 @@ from devstack.counting import count_aws_requests
 from devstack.faults import unprocessed_keys
 from packyard.errors import TransientStoreError
 from packyard.store import dynamo
+from tests.support import stacks
 
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[devstack.Stack]:
-    with devstack.local_aws() as created:
-        yield created
+stack = stacks.stack
 
 
 def _put(table: str, sk: str, releases: set[str]) -> list[dict]:
