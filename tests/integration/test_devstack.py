@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +17,6 @@ from devstack.template import FunctionSpec, Stack, create_state_machine, load_te
 
 FIXTURE_CODE = Path(__file__).parent / "fixtures" / "devstack_fn"
 PUBLISH_ASL = Path(__file__).resolve().parents[2] / "statemachines" / "publish.asl.json"
-
-
-@pytest.fixture
-def stack() -> Iterator[Stack]:
-    stack = devstack.start_local_aws()
-    try:
-        yield stack
-    finally:
-        devstack.stop_local_aws()
 
 
 def fake_function(stack: Stack, name: str, handler: str) -> FunctionSpec:

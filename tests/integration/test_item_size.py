@@ -4,27 +4,15 @@ transaction cancelled for it (refused, not retried)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-import devstack
 from devstack import item_size
-from devstack.template import Stack
 
 LIMIT = 409_600  # 400 KB
-
-
-@pytest.fixture
-def stack() -> Iterator[Stack]:
-    stack = devstack.start_local_aws()
-    try:
-        yield stack
-    finally:
-        devstack.stop_local_aws()
 
 
 def test_sizes_follow_the_developer_guide():

@@ -4,7 +4,6 @@ not a copy of the table), the table is never copied, and moto no longer keeps ev
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -12,20 +11,10 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.dynamodb.models.dynamo_type import Item
 
-import devstack
 from devstack import moto_fixes
 from devstack.template import Stack
 
 KEY = "t-journal"
-
-
-@pytest.fixture
-def stack() -> Iterator[Stack]:
-    stack = devstack.start_local_aws()
-    try:
-        yield stack
-    finally:
-        devstack.stop_local_aws()
 
 
 def item(sk: str, **attrs: Any) -> dict[str, Any]:
