@@ -36,6 +36,8 @@ from moto.dynamodb.models import DynamoDBBackend
 from moto.dynamodb.models.dynamo_type import DynamoType, LimitedSizeDict
 from moto.dynamodb.models.table import Table
 
+from packyard.store.pages import number_bytes
+
 MAX_ITEM_BYTES = 400 * 1024  # 409,600: "Maximum item size in DynamoDB: 400 KB" (DynamoDB quotas)
 _CONTAINER_BYTES = 3  # "An attribute of type List or Map requires 3 bytes of overhead, regardless of its contents"
 _ELEMENT_BYTES = 1  # "Each List or Map element also requires 1 byte of overhead"
@@ -45,11 +47,7 @@ _state = threading.local()
 _switch = {"enforced": True}
 
 
-def number_size(text: str) -> int:
-    """1 byte per two significant digits (leading and trailing zeroes trimmed), plus 1."""
-    mantissa = text.strip().lstrip("+-").lower().split("e")[0].replace(".", "")
-    digits = mantissa.strip("0") or "0"
-    return (len(digits) + 1) // 2 + 1
+number_size = number_bytes  # 1 byte per two significant digits, plus 1: the store's page budget counts the same
 
 
 def _binary_size(value: Any) -> int:
