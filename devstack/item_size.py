@@ -143,6 +143,11 @@ def _measured_update(inner: Callable[..., Any]) -> Callable[..., Any]:
 def _put_back(table: Table, key: dict[str, Any], saved: Any) -> None:
     hash_value = DynamoType(key[table.hash_key_attr])
     range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+    put_back_at(table, hash_value, range_value, saved)
+
+
+def put_back_at(table: Table, hash_value: DynamoType, range_value: DynamoType | None, saved: Any) -> None:
+    """Put an item's saved copy back in moto's table (or remove the item when there was none)."""
     if range_value is None:
         if saved is None:
             table.items.pop(hash_value, None)

@@ -139,15 +139,7 @@ def _journal(backend: Any, transact_items: list[dict[str, Any]]) -> list[Saved]:
 
 def _restore(saved: list[Saved]) -> None:
     for table, hash_value, range_value, item in reversed(saved):
-        if range_value is None:
-            if item is None:
-                table.items.pop(hash_value, None)
-            else:
-                table.items[hash_value] = item
-        elif item is None:
-            table.items[hash_value].pop(range_value, None)
-        else:
-            table.items[hash_value][range_value] = item
+        item_size.put_back_at(table, hash_value, range_value, item)
 
 
 def _journaled(inner: Callable[..., Any]) -> Callable[..., Any]:
