@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from devstack.template import _parameters, _Resolver
+from devstack.template import _parameters, _reserved, _Resolver
 
 UNRESERVED_MINIMUM = 100  # Lambda concurrency AWS keeps unreserved in every account (see the module docstring)
 FUNCTION_TYPES = ("AWS::Serverless::Function", "AWS::Lambda::Function")
@@ -45,14 +45,14 @@ def reserved_concurrency(template: Mapping[str, Any], parameters: Mapping[str, s
     for logical_id, resource in template.get("Resources", {}).items():
         props = resource.get("Properties", {})
         if resource.get("Type") in FUNCTION_TYPES:
-            value = resolver.resolve({"v": props.get("ReservedConcurrentExecutions")}, logical_id).get("v")
+            value = _reserved(resolver, logical_id, props)
             provisioned = resolver.resolve({"v": props.get("ProvisionedConcurrencyConfig")}, logical_id).get("v")
         elif resource.get("Type") == "AWS::Lambda::Alias":
             value, provisioned = None, resolver.resolve({"v": props.get("ProvisionedConcurrencyConfig")}, logical_id)
             provisioned = provisioned.get("v")
         else:
             continue
-        total = int(value) if value is not None else 0
+        total = value or 0
         if provisioned:
             total += int(provisioned["ProvisionedConcurrentExecutions"])
         if total:
