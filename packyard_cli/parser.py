@@ -44,6 +44,7 @@ from packyard_cli.commands.local import cmd_local, cmd_token
 from packyard_cli.commands.maintenance import cmd_sweep, cmd_usage, cmd_whoami
 from packyard_cli.commands.publishing import cmd_build, cmd_publish, cmd_pull, cmd_releases, cmd_yank
 from packyard_cli.commands.setup import cmd_completion, cmd_init, cmd_profiles
+from packyard_cli.commands.sync import byte_size, cmd_sync
 from packyard_cli.completion import SHELLS
 from packyard_cli.output import FORMATS
 from packyard_cli.ports import DEFAULT_API_PORT, add_local_arguments
@@ -413,6 +414,19 @@ def _installation_commands(command: AddCommand) -> None:
     resolved = command("resolved", "what a runtime loads: active releases, digests, grants", cmd_resolved)
     _workspace(resolved, positional=True)
     _listing(resolved, resumable=False)
+
+    sync = command(
+        "sync", "make DIR hold what the workspace resolves to, one folder per installation (or --check it)", cmd_sync
+    )
+    sync.add_argument("workspace_arg", type=workspace_id, metavar="WORKSPACE", help="the workspace")
+    sync.add_argument("directory", metavar="DIR", help="the folder a runtime loads (created if missing)")
+    sync.add_argument(
+        "--check", action="store_true", help="hash DIR against the resolved view, change nothing; exit 4 on drift"
+    )
+    sync.add_argument(
+        "--cache", metavar="DIR", help="the file cache (default: $PACKYARD_CACHE_DIR or ~/.cache/packyard/files)"
+    )
+    sync.add_argument("--cache-size", type=byte_size, metavar="SIZE", help="bound of the cache (default: 1G)")
 
 
 def _setup_commands(command: AddCommand) -> None:
