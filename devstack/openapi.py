@@ -1,8 +1,10 @@
 """The API's OpenAPI document, generated from the code: every function that template.yaml wires to the HttpApi.
 
-Each HTTP function's module holds one Powertools resolver (``app``); its schema comes from the routes and their
-type annotations. Powertools' ``OpenAPIMerge`` joins them (a route declared twice is an error), and the JWT
-bearer scheme the HttpApi authorizer enforces is added. A function the template adds later shows up by itself.
+Each HTTP function's module holds one Powertools resolver (``app``); its schema comes from the routes, their
+decorators' metadata (operationId, summary, description, one tag) and their type annotations. Powertools'
+``OpenAPIMerge`` joins them (a route declared twice is an error); the tags are defined here (``TAGS``) and the
+OAuth 2.0 scheme whose tokens the HttpApi JWT authorizer verifies is added, its scopes defined once (``SCOPES``). A
+function the template adds later shows up by itself.
 
     python -m devstack.openapi            # print the document
     python -m devstack.openapi --write    # regenerate docs/openapi.json (make openapi)
@@ -20,16 +22,49 @@ from typing import Any
 
 from devstack import lambdas
 from devstack.template import DEFAULT_TEMPLATE, ROOT, load_template
-from packyard.api.principal import BEARER_SCHEME
+from packyard.api.principal import SECURITY_SCHEME
+from packyard.authority import Permission
 
 COMMITTED = ROOT / "docs" / "openapi.json"
 TITLE = "Packyard API"
 API_VERSION = "v1"
 DESCRIPTION = (
-    "Publish immutable packages and install them durably into workspaces. Every route needs a JWT bearer token "
-    "whose `tenant` claim names the caller's tenant. Errors are RFC 9457 `application/problem+json` with a stable "
-    "`code`."
+    "Publish immutable packages and install them durably into workspaces. Every route needs an OAuth 2.0 access "
+    "token (a JWT from the identity provider the deployment trusts) whose tenant claim names the caller's tenant, "
+    "and one scope per route. Errors are RFC 9457 `application/problem+json` with a stable `code`."
 )
+CONTACT = "Packyard maintainers (issues in the Packyard repository)"
+# Every operation names exactly one of these tags (tests/unit/test_openapi_contract.py); a new tag needs a line here.
+TAGS = {
+    "publish": "Upload sessions: open one, PUT the archive to its presigned URL, complete it; the publish workflow "
+    "verifies the archive against its manifest and records the release, or rejects it with a stable code.",
+    "releases": "The tenant's catalogue: packages, their immutable releases with manifests and publish receipts, "
+    "download links of verified archives, and yanking.",
+    "installations": "Installations in a workspace and the operations that change them (install, update, repair, "
+    "uninstall, rollback, archive, restore, promote), exactly once per Idempotency-Key; their previews, operation "
+    "status and what a runtime loads.",
+    "approvals": "Consent: the operations that wait for an owner's decision on the permissions their plan asks, and "
+    "that decision.",
+    "usage": "A workspace's and the tenant's usage against their limits and quotas.",
+    "principal": "The caller as Packyard read it from the token: tenant, subject, actor kind, scopes.",
+    "signing": "Offline verification: the service's public signing keys and the signed attestation of a release.",
+}
+# The scopes of the OAuth 2.0 scheme (their default names: a deployment may rename them, README "Connect your
+# identity provider"); every route's security requirement names one of them, GET /v1/me none.
+SCOPES = {
+    Permission.READ_PACKAGES: "Read the catalogue: packages, releases, manifests, archive download links",
+    Permission.PUBLISH: "Publish: open, complete and read upload sessions",
+    Permission.YANK: "Yank a release",
+    Permission.READ_WORKSPACES: "Read workspaces: installations, operations, what a runtime loads, approvals",
+    Permission.CHANGE_INSTALLATIONS: "Install, update, uninstall, roll back, archive, restore, promote and preview",
+    Permission.APPROVE: "Approve or reject the plan an operation waits with (a person's decision)",
+    Permission.READ_USAGE: "Read usage against limits and quotas",
+}
+# Where the local stack's OpenID Connect issuer answers (devstack, relative to the server URL); on a deployment the
+# flows are the identity provider's, found from its discovery document (its issuer + DISCOVERY_PATH).
+DISCOVERY_PATH = "/.well-known/openid-configuration"
+AUTHORIZATION_PATH = "/oauth2/authorize"
+TOKEN_PATH = "/oauth2/token"
 
 
 def http_function_modules(template: str | Path = DEFAULT_TEMPLATE) -> dict[str, Path]:
@@ -60,29 +95,56 @@ def _load_resolver(logical_id: str, file: Path) -> Any:
     return resolver
 
 
+def security_scheme() -> Any:
+    """The OAuth 2.0 scheme: authorization code with PKCE for people (``packyard login``), client credentials for
+    machines (``packyard login --client-credentials``), the same scopes for both."""
+    from aws_lambda_powertools.event_handler.openapi.models import (
+        OAuth2,
+        OAuthFlowAuthorizationCode,
+        OAuthFlowClientCredentials,
+        OAuthFlows,
+    )
+
+    scopes = {permission.value: SCOPES[permission] for permission in Permission}
+    return OAuth2(
+        description=(
+            "OAuth 2.0 / OpenID Connect access tokens (JWT), verified by API Gateway's JWT authorizer against the "
+            "deployment's issuer and audience. People sign in with the authorization code flow and PKCE, machines "
+            "with client credentials. The URLs below are the local stack's issuer (relative to the server); a "
+            f"deployment's are its identity provider's, from `<issuer>{DISCOVERY_PATH}`."
+        ),
+        flows=OAuthFlows(
+            authorizationCode=OAuthFlowAuthorizationCode(
+                authorizationUrl=AUTHORIZATION_PATH, tokenUrl=TOKEN_PATH, refreshUrl=TOKEN_PATH, scopes=scopes
+            ),
+            clientCredentials=OAuthFlowClientCredentials(tokenUrl=TOKEN_PATH, scopes=scopes),
+        ),
+    )
+
+
 def generate(template: str | Path = DEFAULT_TEMPLATE, *, server_url: str | None = None) -> dict[str, Any]:
     """The merged OpenAPI document of every HTTP function in ``template`` (paths sorted, stable output)."""
     from aws_lambda_powertools.event_handler.openapi.merge import OpenAPIMerge
-    from aws_lambda_powertools.event_handler.openapi.models import HTTPBearer, Server
+    from aws_lambda_powertools.event_handler.openapi.models import Contact, Server, Tag
 
+    schemes = {SECURITY_SCHEME: security_scheme()}
     merge = OpenAPIMerge(
         title=TITLE,
         version=API_VERSION,
         description=DESCRIPTION,
+        contact=Contact(name=CONTACT),
         servers=[Server(url=server_url or "/")],
-        security_schemes={BEARER_SCHEME: HTTPBearer(bearerFormat="JWT")},
-        security=[{BEARER_SCHEME: []}],
+        tags=[Tag(name=name, description=description) for name, description in TAGS.items()],
+        security_schemes=schemes,
+        security=[{SECURITY_SCHEME: []}],
         on_conflict="error",
     )
-    # each route names the scope it needs under the bearer scheme (OpenAPI 3.1 allows role names for non-OAuth schemes)
-    schemes = {BEARER_SCHEME: HTTPBearer(bearerFormat="JWT")}
     for logical_id, file in http_function_modules(template).items():
         merge.add_schema(_load_resolver(logical_id, file).get_openapi_schema(security_schemes=schemes))
     document: dict[str, Any] = json.loads(merge.get_openapi_json_schema())
     document["paths"] = dict(sorted(document.get("paths", {}).items()))
     for kind, entries in (document.get("components") or {}).items():
         document["components"][kind] = dict(sorted(entries.items()))
-    document["tags"] = sorted(document.get("tags", []), key=lambda tag: tag["name"])
     return _with_problems(document)
 
 
@@ -123,7 +185,9 @@ def _with_problems(document: dict[str, Any]) -> dict[str, Any]:
                 responses.pop("422")
             responses["default"] = problem
             operation["responses"] = dict(sorted(responses.items()))
-    for unused in ("HTTPValidationError", "ValidationError"):
+    # Powertools adds its validation bodies; once ours replace them they are unused (and ResponseValidationError
+    # would point at the removed ValidationError: a dangling $ref)
+    for unused in ("HTTPValidationError", "ResponseValidationError", "ValidationError"):
         if unused in schemas and unused not in json.dumps(document["paths"]):
             schemas.pop(unused)
     document["components"]["schemas"] = dict(sorted(schemas.items()))

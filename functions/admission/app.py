@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
+from packyard.api import examples
 from packyard.api.principal import authorize
 from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
@@ -79,13 +80,23 @@ def _admit(
 
 @app.put(
     "/v1/workspaces/<workspace>/installations/<installation_id>",
+    operation_id="putInstallation",
+    summary="Install, update or repair an installation",
+    description=(
+        "Admits an operation that makes the installation hold the release the body names (install, update or "
+        "repair, from the installation's state). `Idempotency-Key` is required, `If-Match` too once the "
+        "installation exists. Poll the operation at `Location`; an owner's install of new permissions waits "
+        "for `decideApproval`."
+    ),
     tags=["installations"],
-    **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
+    **contract(
+        Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS, examples={202: examples.OPERATION_ADMITTED}
+    ),
 )
 def put_installation(
     workspace: Workspace,
     installation_id: InstallationId,
-    request: Annotated[InstallRequest, Body()],
+    request: Annotated[InstallRequest, Body(openapi_examples=examples.PUT_INSTALLATION_REQUEST)],
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
 ) -> Response[OperationView]:
@@ -94,6 +105,12 @@ def put_installation(
 
 @app.delete(
     "/v1/workspaces/<workspace>/installations/<installation_id>",
+    operation_id="deleteInstallation",
+    summary="Uninstall an installation",
+    description=(
+        "Admits an operation that removes the installation; of something not installed it settles `succeeded` "
+        "with `code: not_installed`."
+    ),
     tags=["installations"],
     **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
@@ -109,6 +126,9 @@ def delete_installation(
 
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/rollback",
+    operation_id="rollbackInstallation",
+    summary="Roll an installation back",
+    description="Admits an operation that brings back the installation's retained previous release.",
     tags=["installations"],
     **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
@@ -124,6 +144,12 @@ def rollback_installation(
 
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/archive",
+    operation_id="archiveInstallation",
+    summary="Archive an installation",
+    description=(
+        "Admits an operation that archives an active installation: it no longer counts towards the "
+        "installation limits, its release stays referenced; `restoreInstallation` brings it back."
+    ),
     tags=["installations"],
     **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
@@ -140,6 +166,11 @@ def archive_installation(
 
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/restore",
+    operation_id="restoreInstallation",
+    summary="Restore an archived installation",
+    description=(
+        "Admits an operation that makes an archived installation active again; limits and grants are checked again."
+    ),
     tags=["installations"],
     **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
@@ -156,6 +187,12 @@ def restore_installation(
 
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/promote",
+    operation_id="promoteInstallation",
+    summary="Widen an installation's scope",
+    description=(
+        "Admits an operation that widens the installation's scope (task, session, repository, workspace); "
+        "grants used above their ceiling are asked consent for again."
+    ),
     tags=["installations"],
     **contract(Permission.CHANGE_INSTALLATIONS, ADMITTED, ADMISSION_ERRORS),
 )
@@ -172,6 +209,13 @@ def promote_installation(
 
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/preview",
+    operation_id="previewInstallation",
+    summary="Preview an operation's plan",
+    description=(
+        "The plan an operation would commit now, its `planDigest` and the permissions it would ask consent "
+        "for, with no side effect. Send the digest with `putInstallation` to be refused `plan_changed` if "
+        "anything moved since."
+    ),
     tags=["installations"],
     **contract(
         Permission.CHANGE_INSTALLATIONS,

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
+from packyard.api import examples
 from packyard.api.consent_responses import ApprovalView, ConsentWaitPage
 from packyard.api.principal import authorize
 from packyard.api.resolver import build_resolver, serve
@@ -22,9 +23,18 @@ MAX_PAGE = 100
 
 @app.get(
     "/v1/workspaces/<workspace>/approvals",
+    operation_id="listApprovals",
+    summary="List the operations waiting for consent",
+    description=(
+        "One page of the workspace's operations that wait for an owner's decision: the permissions asked, the "
+        "`planDigest` to decide on, who asked and until when."
+    ),
     tags=["approvals"],
     **contract(
-        Permission.READ_WORKSPACES, {200: ("Operations waiting for a decision", ConsentWaitPage)}, (InvalidRequest,)
+        Permission.READ_WORKSPACES,
+        {200: ("Operations waiting for a decision", ConsentWaitPage)},
+        (InvalidRequest,),
+        examples={200: examples.APPROVALS_WAITING},
     ),
 )
 def list_waiting(
@@ -37,17 +47,24 @@ def list_waiting(
 
 @app.post(
     "/v1/workspaces/<workspace>/installations/<installation_id>/approvals",
+    operation_id="decideApproval",
+    summary="Approve or reject an operation's plan",
+    description=(
+        "An owner's decision on the exact plan (`planDigest`) the installation's operation waits with: "
+        "approve and it commits with the new grants, reject and it settles `refused consent_rejected`."
+    ),
     tags=["approvals"],
     **contract(
         Permission.APPROVE,
         {200: ("The decision, recorded; the operation commits (approve) or settles refused (reject)", ApprovalView)},
         (InvalidRequest, IdempotencyKeyRequired, StaleAuthority, IdempotencyKeyReused),
+        examples={200: examples.APPROVAL_RECORDED},
     ),
 )
 def decide(
     workspace: Annotated[str, Path()],
     installation_id: Annotated[str, Path()],
-    request: Annotated[decisions.DecisionRequest, Body()],
+    request: Annotated[decisions.DecisionRequest, Body(openapi_examples=examples.DECIDE_APPROVAL_REQUEST)],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", description="1-255 printable ASCII")] = None,
 ) -> ApprovalView:
     approval = decisions.decide(authorize(app), workspace, installation_id, request, idempotency_key=idempotency_key)

@@ -29,6 +29,9 @@ READ_ERRORS = (InvalidRequest, NotFound)
 
 @app.get(
     "/v1/packages",
+    operation_id="listPackages",
+    summary="List the tenant's packages",
+    description="One page of the tenant's packages; pass `nextCursor` as `cursor` for the next page.",
     tags=["releases"],
     **contract(Permission.READ_PACKAGES, {200: ("The tenant's packages", PackagePage)}, (InvalidRequest,)),
 )
@@ -38,6 +41,9 @@ def list_packages(limit: PageSize = 50, cursor: Cursor = None) -> PackagePage:
 
 @app.get(
     "/v1/packages/<package>",
+    operation_id="getPackage",
+    summary="Read a package",
+    description="A package of the tenant: its highest published version and how many versions it ever had.",
     tags=["releases"],
     **contract(Permission.READ_PACKAGES, {200: ("A package", PackageView)}, READ_ERRORS),
 )
@@ -47,6 +53,9 @@ def get_package(package: Annotated[str, Path()]) -> PackageView:
 
 @app.get(
     "/v1/packages/<package>/versions",
+    operation_id="listReleases",
+    summary="List a package's releases",
+    description="One page of the package's releases, newest first in semver order.",
     tags=["releases"],
     **contract(Permission.READ_PACKAGES, {200: ("The package's releases, newest first", ReleasePage)}, READ_ERRORS),
 )
@@ -56,6 +65,9 @@ def list_versions(package: Annotated[str, Path()], limit: PageSize = 50, cursor:
 
 @app.get(
     "/v1/packages/<package>/versions/<version>",
+    operation_id="getRelease",
+    summary="Read a release with its manifest",
+    description="The release's status, its publish receipt (the digests of the verified bytes) and its manifest.",
     tags=["releases"],
     **contract(
         Permission.READ_PACKAGES,
@@ -69,6 +81,11 @@ def get_version(package: Annotated[str, Path()], version: Annotated[str, Path()]
 
 @app.get(
     "/v1/packages/<package>/versions/<version>/archive",
+    operation_id="getReleaseArchive",
+    summary="Get a download link of a release's archive",
+    description=(
+        "A short-lived (5 minutes) presigned URL of the verified archive, with its sha256 and size to check it against."
+    ),
     tags=["releases"],
     **contract(
         Permission.READ_PACKAGES,

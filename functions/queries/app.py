@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path
 
+from packyard.api import examples
 from packyard.api.principal import authorize
 from packyard.api.principal_responses import PrincipalView
 from packyard.api.query_responses import InstallationPage, ResolvedView, TenantUsageView, WorkspaceUsageView
@@ -27,6 +28,9 @@ READ_ERRORS = (InvalidRequest, NotFound)
 
 @app.get(
     "/v1/workspaces/<workspace>/installations",
+    operation_id="listInstallations",
+    summary="List a workspace's installations",
+    description="One page of the workspace's installations.",
     tags=["installations"],
     **contract(
         Permission.READ_WORKSPACES, {200: ("The workspace's installations", InstallationPage)}, (InvalidRequest,)
@@ -40,9 +44,18 @@ def list_installations(
 
 @app.get(
     "/v1/workspaces/<workspace>/installations/<installation_id>",
+    operation_id="getInstallation",
+    summary="Read an installation",
+    description=(
+        "The installation, its release, grants and any pending consent; its version is the `ETag` that "
+        "`If-Match` names."
+    ),
     tags=["installations"],
     **contract(
-        Permission.READ_WORKSPACES, {200: ("The installation; its version is the ETag", InstallationView)}, READ_ERRORS
+        Permission.READ_WORKSPACES,
+        {200: ("The installation; its version is the ETag", InstallationView)},
+        READ_ERRORS,
+        examples={200: examples.INSTALLATION_ACTIVE},
     ),
 )
 def get_installation(
@@ -54,9 +67,15 @@ def get_installation(
 
 @app.get(
     "/v1/workspaces/<workspace>/operations/<operation_id>",
+    operation_id="getOperation",
+    summary="Read an operation",
+    description="An operation's state and, once settled, its outcome (`succeeded`, `refused` or `unconfirmed`).",
     tags=["installations"],
     **contract(
-        Permission.READ_WORKSPACES, {200: ("An operation and, once settled, its outcome", OperationView)}, READ_ERRORS
+        Permission.READ_WORKSPACES,
+        {200: ("An operation and, once settled, its outcome", OperationView)},
+        READ_ERRORS,
+        examples={200: {**examples.OPERATION_AWAITING_CONSENT, **examples.OPERATION_SUCCEEDED}},
     ),
 )
 def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str, Path()]) -> OperationView:
@@ -65,6 +84,12 @@ def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str
 
 @app.get(
     "/v1/workspaces/<workspace>/resolved",
+    operation_id="getResolved",
+    summary="Read what a runtime loads",
+    description=(
+        "One page of the workspace's active installations with their releases, digests, grants, config and "
+        "short-lived download URLs."
+    ),
     tags=["installations"],
     **contract(
         Permission.READ_WORKSPACES,
@@ -78,6 +103,9 @@ def get_resolved(workspace: Annotated[str, Path()], limit: PageSize = 50, cursor
 
 @app.get(
     "/v1/workspaces/<workspace>/usage",
+    operation_id="getWorkspaceUsage",
+    summary="Read a workspace's usage",
+    description="The workspace's live installations and referenced bytes against its limits.",
     tags=["usage"],
     **contract(
         Permission.READ_USAGE, {200: ("The workspace against its limits", WorkspaceUsageView)}, (InvalidRequest,)
@@ -89,6 +117,9 @@ def get_workspace_usage(workspace: Annotated[str, Path()]) -> WorkspaceUsageView
 
 @app.get(
     "/v1/usage",
+    operation_id="getTenantUsage",
+    summary="Read the tenant's usage",
+    description="The tenant's stored bytes (retained archives and live upload reservations) against its quota.",
     tags=["usage"],
     **contract(Permission.READ_USAGE, {200: ("The tenant's stored bytes against its quota", TenantUsageView)}, ()),
 )
@@ -98,6 +129,12 @@ def get_tenant_usage() -> TenantUsageView:
 
 @app.get(
     "/v1/me",
+    operation_id="getPrincipal",
+    summary="Read the caller as Packyard understood the token",
+    description=(
+        "The tenant, subject, actor kind and scopes read from the token and the permissions they grant; any "
+        "valid token may call it (`packyard whoami`)."
+    ),
     tags=["principal"],
     **authenticated_contract({200: ("The principal as Packyard read it from the token", PrincipalView)}),
 )

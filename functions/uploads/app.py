@@ -8,6 +8,7 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 
 from packyard import clock
+from packyard.api import examples
 from packyard.api.principal import authorize
 from packyard.api.publishing_responses import CreatedUploadView, ExistingReleaseView, ReleaseDetailView, UploadView
 from packyard.api.resolver import build_resolver, json_response, serve
@@ -36,6 +37,14 @@ REQUEST_KEY = "optional: the same request again answers as before; another reque
 
 @app.post(
     "/v1/packages/<package>/versions/<version>/uploads",
+    operation_id="createUpload",
+    summary="Open an upload session for a new release",
+    description=(
+        "Declare the release's manifest and its archive's size and sha256. The answer is a session with a "
+        "presigned `upload.url` to PUT the archive to and a `links.complete` to POST once it is uploaded; "
+        "when the tenant already holds this exact content the answer is the existing release (200) and there "
+        "is nothing to upload."
+    ),
     tags=["publish"],
     **contract(
         Permission.PUBLISH,
@@ -44,12 +53,13 @@ REQUEST_KEY = "optional: the same request again answers as before; another reque
             200: ("This exact content is already published: nothing to upload", ExistingReleaseView),
         },
         (InvalidRequest, ArchiveRejected, InputLimitExceeded, VersionExists, QuotaExceeded, IdempotencyKeyReused),
+        examples={201: examples.UPLOAD_CREATED},
     ),
 )
 def create_upload(
     package: Annotated[str, Path()],
     version: Annotated[str, Path()],
-    request: Annotated[uploads.CreateUploadRequest, Body()],
+    request: Annotated[uploads.CreateUploadRequest, Body(openapi_examples=examples.CREATE_UPLOAD_REQUEST)],
     idempotency_key: Annotated[
         str | None, Header(alias="idempotency-key", description="optional: a retry with it answers the same session")
     ] = None,
@@ -63,6 +73,12 @@ def create_upload(
 
 @app.post(
     "/v1/uploads/<upload_id>/complete",
+    operation_id="completeUpload",
+    summary="Finish an upload and start its verification",
+    description=(
+        "Starts the publish workflow on the uploaded archive (the execution is named after the upload id, so "
+        "a repeat answers the same one). Poll `getUpload` until the session is `published` or `rejected`."
+    ),
     tags=["publish"],
     **contract(
         Permission.PUBLISH,
@@ -71,6 +87,7 @@ def create_upload(
             200: ("The session had already finished", UploadView),
         },
         (InvalidRequest, NotFound, UploadExpired, UploadIncomplete, ClaimLost, IdempotencyKeyReused),
+        examples={202: examples.UPLOAD_VERIFYING},
     ),
 )
 def complete_upload(
@@ -86,8 +103,19 @@ def complete_upload(
 
 @app.get(
     "/v1/uploads/<upload_id>",
+    operation_id="getUpload",
+    summary="Read an upload session",
+    description=(
+        "The session's state (`awaiting_upload`, `verifying`, `published`, `rejected`, `expired`); a "
+        "rejection carries its `code`, `subCode` and `detail`."
+    ),
     tags=["publish"],
-    **contract(Permission.PUBLISH, {200: ("An upload session", UploadView)}, (NotFound,)),
+    **contract(
+        Permission.PUBLISH,
+        {200: ("An upload session", UploadView)},
+        (NotFound,),
+        examples={200: examples.UPLOAD_PUBLISHED},
+    ),
 )
 def get_upload(upload_id: Annotated[str, Path()]) -> UploadView:
     return UploadView.of(uploads.get_upload(authorize(app).tenant, upload_id), clock.now())
@@ -95,6 +123,9 @@ def get_upload(upload_id: Annotated[str, Path()]) -> UploadView:
 
 @app.delete(
     "/v1/packages/<package>/versions/<version>",
+    operation_id="yankRelease",
+    summary="Yank a release",
+    description="Marks the release yanked: it is no longer installed anew, and its version is never reused.",
     tags=["releases"],
     **contract(
         Permission.YANK,

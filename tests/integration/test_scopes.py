@@ -13,16 +13,16 @@ from packyard_cli.build import build_from_files
 
 DOCUMENT = json.loads((Path(__file__).resolve().parents[2] / "docs" / "openapi.json").read_text())
 ROUTES = [
-    (method.upper(), path, operation["security"][0]["bearerAuth"][0])
+    (method.upper(), path, operation["security"][0]["oauth2"][0])
     for path, operations in DOCUMENT["paths"].items()
     for method, operation in operations.items()
-    if operation["security"][0]["bearerAuth"]  # GET /v1/me needs a valid token only (test_me.py)
+    if operation["security"][0]["oauth2"]  # GET /v1/me needs a valid token only (test_me.py)
 ]
 AUTHENTICATED_ONLY = [
     (method.upper(), path)
     for path, operations in DOCUMENT["paths"].items()
     for method, operation in operations.items()
-    if operation["security"] == [{"bearerAuth": []}]
+    if operation["security"] == [{"oauth2": []}]
 ]
 IDS = {
     "package": "hello",

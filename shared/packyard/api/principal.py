@@ -13,7 +13,8 @@ from packyard.config import Settings, settings
 from packyard.errors import Forbidden, MissingSetting, Unauthorized
 from packyard.observability import logger
 
-BEARER_SCHEME = "bearerAuth"
+# the OpenAPI security scheme every route names with the scope it needs (an OAuth 2.0 scheme: devstack.openapi)
+SECURITY_SCHEME = "oauth2"
 
 
 def principal_of(app: APIGatewayHttpResolver) -> Principal:
@@ -109,9 +110,9 @@ def authorize(app: APIGatewayHttpResolver) -> Principal:
     declares none is refused, so forgetting to declare one fails closed."""
     route = app.context.get("_route")
     requirements = getattr(route, "security", None) or []
-    declared = [Permission(scope) for requirement in requirements for scope in requirement.get(BEARER_SCHEME, [])]
-    # a route that declares the bearer scheme with no scope (GET /v1/me) needs only a valid token
-    authenticated_only = any(requirement.get(BEARER_SCHEME) == [] for requirement in requirements)
+    declared = [Permission(scope) for requirement in requirements for scope in requirement.get(SECURITY_SCHEME, [])]
+    # a route that declares the scheme with no scope (GET /v1/me) needs only a valid token
+    authenticated_only = any(requirement.get(SECURITY_SCHEME) == [] for requirement in requirements)
     if not declared and not authenticated_only:
         raise Forbidden("this route declares no permission")
     principal = principal_of(app)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler.openapi.params import Query
 from pydantic import BaseModel
 
-from packyard.api.principal import BEARER_SCHEME
+from packyard.api.principal import SECURITY_SCHEME
 from packyard.authority import Permission
 from packyard.errors import Forbidden, InvalidRequest, PackyardError, Unauthorized
 
@@ -22,29 +22,42 @@ Cursor = Annotated[str | None, Query(max_length=2048)]
 
 
 def contract(
-    permission: Permission, ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]
+    permission: Permission,
+    ok: Mapping[int, tuple[str, type[BaseModel]]],
+    errors: Iterable[type[PackyardError]],
+    *,
+    examples: Mapping[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Route decorator keywords: the permission the route needs (its OpenAPI ``security``, which ``authorize``
-    enforces) and its documented responses, 403 ``forbidden`` included."""
+    enforces) and its documented responses, 403 ``forbidden`` included; ``examples`` maps a success status to its
+    named examples (``packyard.api.examples``)."""
     return {
-        "security": [{BEARER_SCHEME: [permission.value]}],
-        "responses": responses(ok, (*errors, Forbidden)),
+        "security": [{SECURITY_SCHEME: [permission.value]}],
+        "responses": responses(ok, (*errors, Forbidden), examples=examples),
     }
 
 
 def authenticated_contract(ok: Mapping[int, tuple[str, type[BaseModel]]]) -> dict[str, Any]:
     """Route decorator keywords for a route any valid token may call (``security`` with no scope, which
     ``authorize`` reads as "authenticated only"; a route that declares no ``security`` at all is still refused)."""
-    return {"security": [{BEARER_SCHEME: []}], "responses": responses(ok, ())}
+    return {"security": [{SECURITY_SCHEME: []}], "responses": responses(ok, ())}
 
 
-def responses(ok: Mapping[int, tuple[str, type[BaseModel]]], errors: Iterable[type[PackyardError]]) -> dict[int, Any]:
-    """Powertools ``responses=`` for a route: ``ok`` maps a status to (description, model); every route may also
-    answer 400 (a malformed path or query) and 401 (no valid tenant claim)."""
+def responses(
+    ok: Mapping[int, tuple[str, type[BaseModel]]],
+    errors: Iterable[type[PackyardError]],
+    *,
+    examples: Mapping[int, dict[str, Any]] | None = None,
+) -> dict[int, Any]:
+    """Powertools ``responses=`` for a route: ``ok`` maps a status to (description, model), ``examples`` a status to
+    its named examples; every route may also answer 400 (a malformed path or query) and 401 (no valid tenant
+    claim)."""
     documented: dict[int, Any] = {
         status: {"description": description, "content": {"application/json": {"model": model}}}
         for status, (description, model) in ok.items()
     }
+    for status, named in (examples or {}).items():
+        documented[status]["content"]["application/json"]["examples"] = named
     by_status: dict[int, list[type[PackyardError]]] = defaultdict(list)
     # every route may answer 400: a control character in the path, a path parameter no id pattern takes, a query
     # parameter out of its bounds (api.resolver)
