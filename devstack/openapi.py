@@ -60,11 +60,12 @@ SCOPES = {
     Permission.APPROVE: "Approve or reject the plan an operation waits with (a person's decision)",
     Permission.READ_USAGE: "Read usage against limits and quotas",
 }
-# Where the local stack's OpenID Connect issuer answers (devstack, relative to the server URL); on a deployment the
-# flows are the identity provider's, found from its discovery document (its issuer + DISCOVERY_PATH).
+# Where the local stack's OpenID Connect issuer answers (devstack.oidc, under /oidc, relative to the server URL); on a
+# deployment the flows are the identity provider's, found from its discovery document (its issuer + DISCOVERY_PATH).
+LOCAL_ISSUER_PATH = "/oidc"
 DISCOVERY_PATH = "/.well-known/openid-configuration"
-AUTHORIZATION_PATH = "/oauth2/authorize"
-TOKEN_PATH = "/oauth2/token"
+AUTHORIZATION_PATH = LOCAL_ISSUER_PATH + "/authorize"
+TOKEN_PATH = LOCAL_ISSUER_PATH + "/token"
 
 
 def http_function_modules(template: str | Path = DEFAULT_TEMPLATE) -> dict[str, Path]:
@@ -110,8 +111,9 @@ def security_scheme() -> Any:
         description=(
             "OAuth 2.0 / OpenID Connect access tokens (JWT), verified by API Gateway's JWT authorizer against the "
             "deployment's issuer and audience. People sign in with the authorization code flow and PKCE, machines "
-            "with client credentials. The URLs below are the local stack's issuer (relative to the server); a "
-            f"deployment's are its identity provider's, from `<issuer>{DISCOVERY_PATH}`."
+            "with client credentials. The URLs below are the local stack's issuer (relative to the server; its "
+            f"discovery document is `{LOCAL_ISSUER_PATH}{DISCOVERY_PATH}`); a deployment's are its identity "
+            f"provider's, from `<issuer>{DISCOVERY_PATH}`."
         ),
         flows=OAuthFlows(
             authorizationCode=OAuthFlowAuthorizationCode(
