@@ -9,6 +9,9 @@ What API Gateway does in front of the deployed functions, in the same order:
 3. invoke the function with the event and return its response unchanged (status, headers, cookies, body,
    base64 bodies decoded); a handler that raises is API Gateway's ``500 {"message": "Internal Server Error"}``.
 
+Under ``/oidc`` it serves the local OpenID Connect issuer (:mod:`devstack.oidc`) when given one; the JWT check then
+trusts its issuer as well as ``packyard token``'s.
+
 Besides the API it serves ``GET /openapi.json`` (generated from the handlers, see :mod:`devstack.openapi`) and a
 Swagger UI at ``GET /docs`` whose assets come from Powertools' bundled copy (no CDN, works offline).
 
@@ -33,13 +36,16 @@ from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qsl, urlsplit
 
 from devstack import edge as edge_limits
 from devstack.api import LocalApi
 from devstack.apigw import http_event
-from packyard_cli.tokens import InvalidToken, LocalKey
+from packyard_cli.tokens import ISSUER, InvalidToken, LocalKey
+
+if TYPE_CHECKING:
+    from devstack.oidc import LocalIssuer
 
 TEXT_TYPES = ("application/json", "application/problem+json", "application/xml", "application/x-www-form-urlencoded")
 # how long a request (its line, headers and whole body) may take to arrive, however it trickles in
@@ -114,6 +120,7 @@ class LocalApiServer(ThreadingHTTPServer):
         log: Callable[[str], None] | None = None,
         read_timeout: float = READ_TIMEOUT_SECONDS,
         edge: edge_limits.EdgeLimits | Literal["template"] | None = "template",
+        oidc: Callable[[str], LocalIssuer] | None = None,
     ) -> None:
         super().__init__(sock.getsockname()[:2], ApiRequestHandler, bind_and_activate=False)
         self.read_timeout = read_timeout
@@ -128,6 +135,9 @@ class LocalApiServer(ThreadingHTTPServer):
         self._openapi = openapi
         self._openapi_cache: bytes | None = None
         self._openapi_lock = threading.Lock()
+        # the local OpenID Connect issuer at <url>/oidc (its factory takes this server's URL)
+        self.oidc = oidc(self.url) if oidc is not None else None
+        self.issuers = (ISSUER, self.oidc.issuer) if self.oidc is not None else (ISSUER,)
 
     @property
     def url(self) -> str:
@@ -315,6 +325,8 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
         if self.command in ("GET", "HEAD") and (path in ("/openapi.json", "/docs", "/docs/") or path in SWAGGER_ASSETS):
             wants_json = path.startswith("/docs") and ("format", "json") in parse_qsl(split.query)
             status, headers, payload = self._serve_docs("/openapi.json" if wants_json else path)
+        elif self.server.oidc is not None and self.server.oidc.handles(path):
+            status, headers, payload = self.server.oidc.serve(self.command, path, split.query, body, self.headers)
         else:
             status, headers, payload, cookies = self._serve_api(path, split.query, body)
         self._send(status, headers, payload, cookies)
@@ -366,7 +378,7 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             )
             return status, {**headers, "WWW-Authenticate": "Bearer"}, payload, []
         try:
-            claims = self.server.key.verify(token.strip())
+            claims = self.server.key.verify(token.strip(), issuers=self.server.issuers)
         except InvalidToken as exc:
             status, headers, payload = problem(401, "unauthorized", "Missing or invalid credentials", str(exc))
             return status, {**headers, "WWW-Authenticate": 'Bearer error="invalid_token"'}, payload, []

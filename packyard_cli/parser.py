@@ -40,7 +40,9 @@ from packyard_cli.commands.installations import (
     cmd_uninstall,
     cmd_update,
 )
+from packyard_cli.commands.files import cmd_cat
 from packyard_cli.commands.local import cmd_local, cmd_token
+from packyard_cli.commands.login import cmd_login, cmd_logout
 from packyard_cli.commands.maintenance import cmd_sweep, cmd_usage, cmd_whoami
 from packyard_cli.commands.publishing import cmd_build, cmd_publish, cmd_pull, cmd_releases, cmd_yank
 from packyard_cli.commands.setup import cmd_completion, cmd_init, cmd_profiles
@@ -70,8 +72,9 @@ ALIASES = {
     "show": "releases",
     "search": "releases",
     "packages": "releases",
-    "login": "token",
-    "auth": "token",
+    "auth": "login",
+    "signin": "login",
+    "signout": "logout",
     "config": "profiles",
     "configure": "profiles",
     "profile": "profiles",
@@ -356,6 +359,11 @@ def _publishing_commands(command: AddCommand) -> None:
     pull.add_argument("release", type=release_ref, metavar="PACKAGE[@VERSION]", help="a bare name: the newest")
     pull.add_argument("--out", help="file, or folder (ending in /), to write (default: ./PACKAGE-VERSION.tar.gz)")
 
+    cat = command("cat", "print one file of a release, or of an installation's active release, verified", cmd_cat)
+    cat.add_argument("target", metavar="PACKAGE@VERSION|INSTALLATION", help="a release, or an installation with -w")
+    cat.add_argument("path", metavar="PATH", help="the file's path in the release, e.g. src/main.py")
+    cat.add_argument("--workspace", "-w", type=workspace_id, help="read an installation of this workspace")
+
     yank = command("yank", "yank a release (its version is never reused)", cmd_yank)
     yank.add_argument("release", type=exact_release, metavar="PACKAGE@VERSION")
 
@@ -439,6 +447,46 @@ def _setup_commands(command: AddCommand) -> None:
     init.add_argument("--force", action="store_true", help="replace an existing packyard.toml")
 
     command("profiles", "list the profiles of the config file, and which one is in use", cmd_profiles)
+
+    login = command(
+        "login",
+        "sign in through your identity provider (a browser, PKCE) or as a machine (--client-credentials); the "
+        "token is cached for the profile and renewed before it expires",
+        cmd_login,
+    )
+    login.add_argument(
+        "--issuer", help="OpenID Connect issuer URL (default: $PACKYARD_ISSUER, the profile's; locally: the stack's)"
+    )
+    login.add_argument("--client-id", help="the app client (default: $PACKYARD_CLIENT_ID, the profile's client_id)")
+    login.add_argument(
+        "--scope",
+        action="append",
+        metavar="SCOPE",
+        help="a scope to ask for (repeatable; default: the profile's scopes, else every Packyard scope)",
+    )
+    login.add_argument("--audience", help="the API audience to ask for (Auth0 needs it; default: the profile's)")
+    login.add_argument(
+        "--client-credentials",
+        action="store_true",
+        help="sign in a machine: the client credentials grant, the secret read from --client-secret-env or "
+        "--client-secret-file (never an argument)",
+    )
+    login.add_argument(
+        "--client-secret-env",
+        metavar="NAME",
+        default="PACKYARD_CLIENT_SECRET",
+        help="environment variable holding the client secret (default: %(default)s)",
+    )
+    login.add_argument("--client-secret-file", metavar="PATH", help="file holding the client secret")
+    login.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="print the sign-in address only (open it yourself); do not launch a browser",
+    )
+    login.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds to wait for the browser sign-in (default: %(default)s)"
+    )
+    command("logout", "remove the profile's cached sign-in (and revoke its refresh token at the issuer)", cmd_logout)
 
     completion = command("completion", "print a shell completion script (bash, zsh or fish)", cmd_completion)
     completion.add_argument("shell", choices=SHELLS)

@@ -11,8 +11,15 @@ The file is TOML, at ``$PACKYARD_CONFIG_FILE``, else ``$XDG_CONFIG_HOME/packyard
     token_command = "my-idp-login --print-access-token"    # run by /bin/sh; its stdout is the bearer token
     output = "json"
 
+    [profiles.sso]
+    endpoint = "https://abc123.execute-api.eu-west-1.amazonaws.com"
+    issuer = "https://cognito-idp.eu-west-1.amazonaws.com/eu-west-1_AbCdEf"   # packyard login signs in here
+    client_id = "1example23456789"
+    scopes = "https://packyard.example/packages:read https://packyard.example/packages:publish"
+
 Keys: ``endpoint``, ``token_command``, ``output`` (table, json, tsv), ``tenant`` (tokens minted for the local
-stack). Flags win over environment variables, which win over the profile (as with ``aws``).
+stack), and for ``packyard login``: ``issuer``, ``client_id``, ``scopes`` (space separated), ``audience``. Flags
+win over environment variables, which win over the profile (as with ``aws``).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from typing import Any
 from packyard_cli.client import EXIT_UNAUTHORIZED, EXIT_USAGE, CliError
 from packyard_cli.output import FORMATS
 
-KEYS = ("endpoint", "token_command", "output", "tenant")
+KEYS = ("endpoint", "token_command", "output", "tenant", "issuer", "client_id", "scopes", "audience")
 DEFAULT_PROFILE = "default"
 TOKEN_COMMAND_TIMEOUT = 60.0
 
@@ -40,6 +47,10 @@ class Profile:
     token_command: str | None = None
     output: str | None = None
     tenant: str | None = None
+    issuer: str | None = None  # packyard login: the OpenID Connect issuer, its app client, scopes and audience
+    client_id: str | None = None
+    scopes: str | None = None
+    audience: str | None = None
     source: Path | None = None
 
 

@@ -14,7 +14,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,14 +111,16 @@ class LocalKey:
         signing_key = self.private_key if self.private_key is not None else self.private_pem
         return jwt.encode(payload, signing_key, algorithm=ALGORITHM, headers={"kid": self.kid})
 
-    def verify(self, token: str) -> dict[str, Any]:
-        """The token's claims if the deployed authorizer would accept it, else :class:`InvalidToken`."""
+    def verify(self, token: str, issuers: Sequence[str] = (ISSUER,)) -> dict[str, Any]:
+        """The token's claims if the deployed authorizer would accept it, else :class:`InvalidToken`. ``issuers``:
+        the local stack trusts ``packyard token``'s issuer and its OpenID Connect issuer's (:mod:`devstack.oidc`),
+        both signing with this key."""
         try:
             claims: dict[str, Any] = jwt.decode(
                 token,
                 self.public_key if self.public_key is not None else self.public_pem,
                 algorithms=[ALGORITHM],
-                issuer=ISSUER,
+                issuer=list(issuers),
                 options={"require": ["exp", "iss"], "verify_aud": False},
                 leeway=5,
             )
@@ -127,7 +129,7 @@ class LocalKey:
         except jwt.InvalidAudienceError:
             raise InvalidToken(f"the token's audience is not {AUDIENCE!r}") from None
         except jwt.InvalidIssuerError:
-            raise InvalidToken(f"the token's issuer is not {ISSUER!r}") from None
+            raise InvalidToken(f"the token's issuer is not {' or '.join(map(repr, issuers))}") from None
         except jwt.InvalidSignatureError:
             raise InvalidToken("the token's signature does not match the local key") from None
         except jwt.PyJWTError as exc:

@@ -20,7 +20,7 @@ from packyard_cli import output as fmt
 from packyard_cli.arguments import ReleaseRef
 from packyard_cli.client import EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE, Client, CliError, segment
 from packyard_cli.ports import DEFAULT_API_PORT
-from packyard_cli.profiles import Profile, run_token_command, select
+from packyard_cli.profiles import DEFAULT_PROFILE, Profile, run_token_command, select
 
 LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 PAGE_SIZE = 100
@@ -210,13 +210,18 @@ def is_local(endpoint: str) -> bool:
 
 
 def resolve_token(args: argparse.Namespace, endpoint: str, profile: Profile | None = None) -> str:
-    """--token, else $PACKYARD_TOKEN, else the profile's token_command, else (local stack only) a token minted
-    with the local key, carrying every scope."""
+    """--token, else $PACKYARD_TOKEN, else the profile's token_command, else the profile's ``packyard login``
+    token for this endpoint, else (local stack only) a token minted with the local key, carrying every scope."""
     explicit = args.token or os.environ.get("PACKYARD_TOKEN")
     if explicit:
         return str(explicit)
     if profile is not None and profile.token_command:
         return run_token_command(profile)
+    from packyard_cli import credentials
+
+    signed_in = credentials.token_for(profile.name if profile is not None else DEFAULT_PROFILE, endpoint)
+    if signed_in:
+        return signed_in  # packyard login's token for this endpoint (renewed when it is about to expire)
     if not is_local(endpoint):
         return ""
     from packyard_cli import tokens
