@@ -17,7 +17,7 @@ help:
 	@echo "make fuzz      longer campaigns: tar streams against four readers (TAR_EXAMPLES), schemathesis (FUZZ_EXAMPLES, FUZZ_SEED)"
 	@echo "make bench     print benchmark figures"
 	@echo "make lint      ruff + mypy"
-	@echo "make validate  cfn-lint, sam validate --lint and checkov on template.yaml"
+	@echo "make validate  cfn-lint, sam validate --lint and checkov on template.yaml; Spectral (oas) on docs/openapi.json"
 	@echo "make invoke    FN=verify [EVENT=events/sfn_verify.json]: one function, in-process, on a fresh local stack"
 	@echo "make build     sam build (needs python3.12, the Lambda runtime); make deploy ENV=dev|prod: sam deploy"
 
@@ -62,8 +62,18 @@ readers:
 	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  tar libarchive-tools=$(LIBARCHIVE_VERSION) >/dev/null
 
-# the IAM test expands template.yaml with aws-sam-cli's translator, which lives in .venv-sam (its pins differ)
-test: $(STAMP) $(SAM_VENV)/.installed readers
+# openapi-python-client keeps its own virtualenv too (its pins differ from ours): tests/e2e/test_generated_client.py
+# generates a client from docs/openapi.json with it and runs a publish-and-install journey with that client
+CLIENT_VENV := .venv-openapi-client
+CLIENT_LOCK := tools/openapi-python-client/requirements.lock
+$(CLIENT_VENV)/.installed: $(CLIENT_LOCK)
+	$(SAM_PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/pip install --quiet --disable-pip-version-check -r $(CLIENT_LOCK)
+	touch $(CLIENT_VENV)/.installed
+
+# the IAM test expands template.yaml with aws-sam-cli's translator, which lives in .venv-sam (its pins differ); the
+# generated-client test needs the client generator's virtualenv
+test: $(STAMP) $(SAM_VENV)/.installed $(CLIENT_VENV)/.installed readers
 	$(BIN)/python -m pytest -n 2 --dist loadgroup -q
 
 test-fast: $(STAMP)
@@ -108,10 +118,19 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.lock
 	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.lock
 	touch $(CHECKOV_VENV)/.installed
 
-validate: $(STAMP) $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed
+# Spectral, from the npm registry, pinned by tools/spectral/package-lock.json (npm ci installs exactly that tree; no
+# install scripts run): Spectral's oas ruleset (.spectral.yaml) on docs/openapi.json, where a warning fails too
+SPECTRAL_DIR := tools/spectral
+SPECTRAL := $(SPECTRAL_DIR)/node_modules/.bin/spectral
+$(SPECTRAL_DIR)/node_modules/.installed: $(SPECTRAL_DIR)/package.json $(SPECTRAL_DIR)/package-lock.json
+	cd $(SPECTRAL_DIR) && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
+	touch $(SPECTRAL_DIR)/node_modules/.installed
+
+validate: $(STAMP) $(SAM_VENV)/.installed $(CHECKOV_VENV)/.installed $(SPECTRAL_DIR)/node_modules/.installed
 	$(BIN)/cfn-lint template.yaml
 	$(SAM_VENV)/bin/sam validate --lint --region us-east-1
 	$(CHECKOV_VENV)/bin/checkov --file template.yaml --framework cloudformation --quiet --compact --skip-download
+	$(SPECTRAL) lint docs/openapi.json --ruleset .spectral.yaml --fail-severity=warn
 
 # ---- one function, the Docker-free `sam local invoke` (packyard_cli/invoke.py); `make invoke` alone lists them
 FN ?=
@@ -155,4 +174,4 @@ deploy: build
 	  $(if $(JWT_ISSUER),--parameter-overrides Stage=$(ENV) JwtIssuer=$(JWT_ISSUER) JwtAudience=$(JWT_AUDIENCE))
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(CLIENT_VENV) $(SPECTRAL_DIR)/node_modules .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local
