@@ -231,6 +231,8 @@ def _on_after_call(http_response: Any = None, parsed: Any = None, context: Any =
     error = (parsed or {}).get("Error", {}).get("Code") if isinstance(parsed, dict) else None
     if error:
         call.outcome["error"] = str(error)
+    if call.service == "kms" and isinstance(parsed, dict) and parsed.get("KeyId"):
+        call.outcome["keyArn"] = str(parsed["KeyId"])  # the key an alias named (IAM authorizes against the key)
     return None
 
 

@@ -122,6 +122,10 @@ def needs_of(call: AwsCall, region: str, account: str) -> list[Need]:
             return [Need("states:StartExecution", str(params["stateMachineArn"]))]
         if call.operation in ("DescribeExecution", "StopExecution", "GetExecutionHistory"):
             return [Need(f"states:{call.operation}", str(params["executionArn"]))]
+    if call.service == "kms" and call.operation in ("Sign", "GetPublicKey"):
+        # authorized against the key, whatever names it: an alias is resolved to its key (the answer's KeyId)
+        answered = str(call.outcome.get("keyArn", ""))
+        return [Need(f"kms:{call.operation}", answered if answered.startswith("arn:") else str(params["KeyId"]))]
     if call.service == "lambda" and call.operation == "Invoke":
         return [Need("lambda:InvokeFunction", _function_arn(str(params["FunctionName"]), region, account))]
     raise UnmappedCall(f"{call.service} {call.operation}: no IAM mapping; add one to devstack.iam.needs_of")
@@ -326,6 +330,12 @@ def local_resolver(stack: Stack, template: str | Path = DEFAULT_TEMPLATE) -> _Re
     for logical_id, spec in stack.functions.items():
         resolver.refs[logical_id] = spec.name
         resolver.attributes[(logical_id, "Arn")] = spec.arn
+    for logical_id, arn in stack.keys.items():
+        resolver.refs[logical_id] = arn.rsplit("/", 1)[1]
+        resolver.attributes[(logical_id, "Arn")] = arn
+    for logical_id, name in stack.aliases.items():
+        resolver.refs[logical_id] = name
+        resolver.attributes[(logical_id, "Arn")] = f"arn:aws:kms:{stack.region}:{stack.account}:{name}"
     return resolver
 
 

@@ -10,6 +10,9 @@ Physical names follow CloudFormation's habit of ``<stack>-<LogicalId>``:
   because bucket names are global.
 * ``AWS::S3::BucketPolicy`` is resolved but not applied (moto would deny every object request under the
   TLS-only statement: it evaluates Deny conditions without the request's ``aws:SecureTransport``).
+* KMS keys: created with the template's KeySpec, KeyUsage, description and key policy (moto signs and verifies
+  with them; it does not enforce key policies); aliases by their ``AliasName`` (``-<suffix>`` appended when a
+  suffix is given, alias names being per account and region).
 * Lambda functions: the logical id itself (``arn:aws:lambda:<region>:<account>:function:<LogicalId>``);
   they are not created in moto, :mod:`devstack.lambdas` dispatches them in-process.
 
@@ -46,6 +49,8 @@ BUCKET_TYPES = {"AWS::S3::Bucket"}
 BUCKET_POLICY_TYPES = {"AWS::S3::BucketPolicy"}
 STATE_MACHINE_TYPES = {"AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine"}
 FUNCTION_TYPES = {"AWS::Serverless::Function"}
+KEY_TYPES = {"AWS::KMS::Key"}
+ALIAS_TYPES = {"AWS::KMS::Alias"}
 
 _SUB_PATTERN = re.compile(r"\$\{([^}]+)\}")
 
@@ -84,6 +89,10 @@ class Stack:
     state_machine_arns: Mapping[str, str]
     functions: Mapping[str, FunctionSpec]
     parameters: Mapping[str, str]
+    keys: Mapping[str, str] = field(default_factory=dict)
+    """KMS keys: logical id → key ARN."""
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    """KMS aliases: logical id → alias name (``alias/…``)."""
 
     def environment(self) -> dict[str, str]:
         """Environment variables every handler of the stack sees (Globals + each function's own).
@@ -450,6 +459,31 @@ def _create_bucket(s3: Any, region: str, logical_id: str, name: str, props: Mapp
         s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": props["Tags"]})
 
 
+_KEY_PROPERTIES = {"Description", "KeySpec", "KeyUsage", "KeyPolicy", "Enabled", "EnableKeyRotation", "Tags"}
+
+
+def _create_key(kms: Any, logical_id: str, props: Mapping[str, Any]) -> str:
+    """Create one KMS key; its ARN (moto picks the key id, as KMS does)."""
+    unknown = set(props) - _KEY_PROPERTIES
+    if unknown:
+        raise UnsupportedTemplateError(f"{logical_id}: KMS key properties {sorted(unknown)} are not reproduced locally")
+    request: dict[str, Any] = {
+        "KeySpec": props.get("KeySpec", "SYMMETRIC_DEFAULT"),
+        "KeyUsage": props.get("KeyUsage", "ENCRYPT_DECRYPT"),
+    }
+    if "Description" in props:
+        request["Description"] = props["Description"]
+    if "KeyPolicy" in props:
+        policy = props["KeyPolicy"]
+        request["Policy"] = policy if isinstance(policy, str) else json.dumps(policy)
+    if "Tags" in props:
+        request["Tags"] = [{"TagKey": t["Key"], "TagValue": t["Value"]} for t in props["Tags"]]
+    key = kms.create_key(**request)["KeyMetadata"]
+    if props.get("Enabled") is False:
+        kms.disable_key(KeyId=key["KeyId"])
+    return str(key["Arn"])
+
+
 def _state_machine_source(root: Path, logical_id: str, resource: Mapping[str, Any], resolver: _Resolver) -> Any:
     props = resource.get("Properties", {})
     if resource["Type"] == "AWS::Serverless::StateMachine":
@@ -534,6 +568,7 @@ def create_stack(
     tables: dict[str, str] = {}
     buckets: dict[str, str] = {}
     machine_names: dict[str, str] = {}
+    aliases: dict[str, str] = {}
     bucket_suffix = suffix or uuid.uuid4().hex[:12]
     for logical_id, resource in resources.items():
         kind, props = resource["Type"], resource.get("Properties", {})
@@ -552,6 +587,11 @@ def create_stack(
             resolver.refs[logical_id] = arn
             resolver.attributes[(logical_id, "Name")] = name
             resolver.attributes[(logical_id, "Arn")] = arn
+        elif kind in ALIAS_TYPES:
+            name = str(resolver.resolve(props["AliasName"], f"{logical_id}.AliasName"))
+            name += f"-{suffix}" if suffix else ""
+            aliases[logical_id] = resolver.refs[logical_id] = name
+            resolver.attributes[(logical_id, "Arn")] = f"arn:aws:kms:{region}:{account}:{name}"
         elif kind in FUNCTION_TYPES:
             arn = f"arn:aws:lambda:{region}:{account}:function:{logical_id}"
             resolver.refs[logical_id] = logical_id
@@ -570,6 +610,18 @@ def create_stack(
     for logical_id, resource in resources.items():
         if resource["Type"] in BUCKET_POLICY_TYPES:
             resolver.resolve(resource["Properties"], logical_id)
+    keys: dict[str, str] = {}
+    kms = client("kms")
+    for logical_id, resource in resources.items():
+        if resource["Type"] in KEY_TYPES:
+            arn = _create_key(kms, logical_id, resolver.resolve(resource.get("Properties", {}), logical_id))
+            resolver.refs[logical_id] = arn.rsplit("/", 1)[1]
+            resolver.attributes[(logical_id, "Arn")] = arn
+            resolver.attributes[(logical_id, "KeyId")] = arn.rsplit("/", 1)[1]
+            keys[logical_id] = arn
+    for logical_id, name in aliases.items():
+        target = resolver.resolve(resources[logical_id]["Properties"]["TargetKeyId"], f"{logical_id}.TargetKeyId")
+        kms.create_alias(AliasName=name, TargetKeyId=target)
 
     state_machine_arns: dict[str, str] = {}
     for logical_id, name in machine_names.items():
@@ -620,4 +672,6 @@ def create_stack(
         state_machine_arns=state_machine_arns,
         functions=functions,
         parameters={k: v for k, v in resolver.parameters.items() if isinstance(v, str)},
+        keys=keys,
+        aliases=aliases,
     )

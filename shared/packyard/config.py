@@ -119,6 +119,8 @@ class Settings(BaseModel):
     bucket_name: str = Field(default="", alias="BUCKET_NAME")
     publish_state_machine_arn: str = Field(default="", alias="PUBLISH_STATE_MACHINE_ARN")
     install_state_machine_arn: str = Field(default="", alias="INSTALL_STATE_MACHINE_ARN")
+    # the KMS key (an alias ARN: rotation points it at a new key) that signs releases (publishing.signing)
+    signing_key_id: str = Field(default="", alias="SIGNING_KEY_ID")
     # Which claims of the verified token carry the principal (docs/decisions.md, "Identity providers as issued";
     # README, "Connect your identity provider"). A claim name may be a namespaced URL (Auth0's
     # https://example.com/tenant) or carry a colon (custom:tenant).

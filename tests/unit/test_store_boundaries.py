@@ -122,5 +122,5 @@ def test_the_clients_load_their_models_without_walking_every_service_directory(
     finally:
         aws.reset_clients()
 
-    assert models == {"dynamodb": "dynamodb", "s3": "s3", "stepfunctions": "stepfunctions"}
+    assert models == {"dynamodb": "dynamodb", "s3": "s3", "stepfunctions": "stepfunctions", "kms": "kms"}
     assert len(listed) <= 3 * len(aws.SERVICES)  # its own versions per service, not ~900 directories

@@ -127,6 +127,30 @@ class ReleaseStatus(StrEnum):
     UNAVAILABLE = "unavailable"
 
 
+class AttestationRef(BaseModel):
+    """Where a release's signed statement is (a DSSE envelope, ``publishing.signing``): the object's sha256 and size
+    and the id of the key that signed it. The envelope itself is an S3 object; the release item stays small."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    sha256: str
+    size: int
+    key_id: str = Field(alias="keyId")
+
+
+class SigningKey(BaseModel):
+    """A public key that signed releases (its JWK), recorded the first time it signed: a rotated-out key stays
+    listed at ``GET /v1/signing-keys``, so releases it signed keep verifying."""
+
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+    kid: str
+    key_arn: str = Field(alias="keyArn")
+    x: str
+    y: str
+    first_signed_at: int = Field(alias="firstSignedAt")
+
+
 class Release(BaseModel):
     """``package@version``: immutable once written. Status may move to yanked/unavailable; the version never frees."""
 
@@ -152,6 +176,8 @@ class Release(BaseModel):
     # a yanked release nobody held gave its blobs back (then nothing may hold it again)
     hold_generation: int = Field(default=0, alias="holdGeneration")
     blobs_released_at: int | None = Field(default=None, alias="blobsReleased")
+    # the signed statement (None: published before releases were signed)
+    attestation: AttestationRef | None = None
 
     def receipt(self) -> dict[str, Any]:
         """What publishing proved: the stored bytes, re-read and hashed by the verifier, match these digests."""

@@ -15,6 +15,7 @@ from packyard.maintenance import jobs, scrub
 from packyard.observability import logger, metrics, tracer
 from packyard.publishing.manifest import parse_manifest, unpacked_size
 from packyard.publishing.models import ArchiveSource, Release, ReleaseStatus, Upload, UploadState
+from packyard.publishing.signing import Attested, attest
 from packyard.publishing.uploads import retained_until
 from packyard.publishing.verification import STAGED_MANIFEST_ALTERED, claimed, staged_manifest_matches
 from packyard.store import blobs, catalog, reclaims
@@ -44,6 +45,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
         manifest_bytes = _manifest_bytes(upload)
         manifest = parse_manifest(manifest_bytes, limits())
 
+    attested: Attested | None = None
     for attempt in range(PUBLISH_ATTEMPTS):
         if existing is not None and not heals(existing, upload):
             now = clock.now()
@@ -80,6 +82,8 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             if existing is None or existing.manifest_digest != upload.manifest_digest:
                 raise VersionExists(f"{upload.package}@{upload.version} changed while it was being healed")
             continue
+        # signed once per upload, before the release exists (a retry reuses the envelope an attempt stored)
+        attested = attested or attest(upload, now)
         release = Release(
             tenant=tenant,
             package=upload.package,
@@ -94,8 +98,9 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             file_count=len(manifest.files),
             permissions=[p.model_dump(mode="json", exclude_none=True) for p in manifest.permissions],
             upload_id=upload.upload_id,
-            published_at=now,
+            published_at=attested.published_at,
             published_by=upload.created_by,
+            attestation=attested.ref,
         )
         blocked = catalog.publish_release(
             upload,
