@@ -174,7 +174,8 @@ class LocalIssuer:
 
     # ---------------------------------------------------------------- the endpoints
 
-    def serve(self, method: str, path: str, query: str, body: bytes | None, headers: Mapping[str, str]) -> Answer:
+    def serve(self, method: str, path: str, query: str, body: bytes | None, authorization: str = "") -> Answer:
+        """One request under the issuer's path; ``authorization``: its Authorization header (a client's Basic)."""
         route = path[len(self.path) :] or "/"
         params = dict(parse_qsl(query, keep_blank_values=True))
         form = dict(parse_qsl((body or b"").decode("utf-8", "replace"), keep_blank_values=True))
@@ -186,7 +187,7 @@ class LocalIssuer:
             return self.authorize(params if method == "GET" else form, decided=method == "POST")
         if route == "/token" and method == "POST":
             try:
-                return _json(200, self.token(form, headers.get("Authorization") or ""), no_store=True)
+                return _json(200, self.token(form, authorization), no_store=True)
             except OAuthError as exc:
                 extra = {"WWW-Authenticate": "Basic"} if exc.status == 401 else {}
                 answer = {"error": exc.error, "error_description": exc.description}

@@ -326,7 +326,9 @@ class ApiRequestHandler(BaseHTTPRequestHandler):
             wants_json = path.startswith("/docs") and ("format", "json") in parse_qsl(split.query)
             status, headers, payload = self._serve_docs("/openapi.json" if wants_json else path)
         elif self.server.oidc is not None and self.server.oidc.handles(path):
-            status, headers, payload = self.server.oidc.serve(self.command, path, split.query, body, self.headers)
+            status, headers, payload = self.server.oidc.serve(
+                self.command, path, split.query, body, self.headers.get("Authorization") or ""
+            )
         else:
             status, headers, payload, cookies = self._serve_api(path, split.query, body)
         self._send(status, headers, payload, cookies)

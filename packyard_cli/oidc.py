@@ -154,11 +154,18 @@ def _refused(what: str, exc: TokenRefused, next_step: str) -> CliError:
     return CliError(what, code=exc.error, detail=f"{exc}; {next_step}", exit_code=EXIT_UNAUTHORIZED)
 
 
+def _lifetime(answer: Mapping[str, Any]) -> float:
+    """``expires_in`` (RFC 6749 section 5.1: RECOMMENDED); an answer without it is taken as an hour."""
+    value = answer.get("expires_in")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return float(value) if isinstance(value, str) and value.isdigit() else 3600.0
+
+
 def _credentials(
     answer: Mapping[str, Any], *, endpoint: str, issuer: Issuer, client_id: str, grant: str, now: float, **extra: Any
 ) -> Credentials:
-    expires_in = answer.get("expires_in")
-    lifetime = float(expires_in) if isinstance(expires_in, int | float) or str(expires_in).isdigit() else 3600.0
+    lifetime = _lifetime(answer)
     return Credentials(
         endpoint=endpoint,
         issuer=issuer.issuer,
@@ -473,7 +480,7 @@ def renew(credentials: Credentials, now: Callable[[], float] = time.time) -> Cre
         access_token=str(answer["access_token"]),
         # an issuer that rotates sends a new one; one that does not keeps the old one valid
         refresh_token=answer.get("refresh_token") or credentials.refresh_token,
-        expires_at=now() + float(answer.get("expires_in") or 3600),
+        expires_at=now() + _lifetime(answer),
         scope=str(answer.get("scope") or credentials.scope),
     )
 
