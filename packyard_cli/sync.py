@@ -497,6 +497,7 @@ def sync_workspace(
                     place.installed.pop(name)
             place.save(workspace)
             place.forget_manifests({r.manifest_digest for r in releases})
+            place.clear_leftovers()
             result.evicted = len(cache.evict())
     except UnsafeFolder as problem:
         raise _unsafe(problem, target) from None

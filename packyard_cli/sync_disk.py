@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 
 DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -71,10 +71,8 @@ def open_folder(name: str, dir_fd: int | None = None) -> int:
 
 def ensure_folder(name: str, dir_fd: int) -> int:
     """``name`` under ``dir_fd``, created if missing, opened without following a link."""
-    try:
+    with suppress(FileExistsError):
         os.mkdir(name, FOLDER_MODE, dir_fd=dir_fd)
-    except FileExistsError:
-        pass
     return open_folder(name, dir_fd)
 
 
@@ -184,10 +182,8 @@ def exists(name: str, dir_fd: int) -> bool:
 def replace_file(name: str, dir_fd: int, data: bytes, disk: Disk) -> None:
     """Write a small file (the sync state) next to ``name`` and rename it over ``name``, synced first."""
     scratch = f".{name}.new"
-    try:
+    with suppress(FileNotFoundError):
         os.unlink(scratch, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
     fd = os.open(scratch, NEW_FILE_FLAGS, 0o644, dir_fd=dir_fd)
     try:
         disk.write(fd, data)
