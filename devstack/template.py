@@ -16,6 +16,10 @@ Physical names follow CloudFormation's habit of ``<stack>-<LogicalId>``:
 * Lambda functions: the logical id itself (``arn:aws:lambda:<region>:<account>:function:<LogicalId>``);
   they are not created in moto, :mod:`devstack.lambdas` dispatches them in-process.
 
+* Cognito user pools, their resource servers, app clients and domains (``CreateUserPool=true``): on moto's
+  cognito-idp, by :mod:`devstack.user_pool`.
+* A resource whose ``Condition`` is false is not created (nor named), as CloudFormation skips it.
+
 An explicit ``TableName`` / ``BucketName`` / ``StateMachineName`` (``Name``) property wins, as on AWS.
 Only the intrinsic functions this template uses are resolved; anything else raises
 :class:`UnsupportedTemplateError` naming the resource and the function.
@@ -39,6 +43,8 @@ from typing import Any
 import boto3
 from cfnlint.decode import cfn_yaml
 from moto.core.models import botocore_stubber
+
+from devstack import user_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TEMPLATE = ROOT / "template.yaml"
@@ -93,6 +99,8 @@ class Stack:
     """KMS keys: logical id → key ARN."""
     aliases: Mapping[str, str] = field(default_factory=dict)
     """KMS aliases: logical id → alias name (``alias/…``)."""
+    user_pools: Mapping[str, str] = field(default_factory=dict)
+    """Cognito user pools, resource servers, app clients, domains: logical id → physical id (devstack.user_pool)."""
 
     def environment(self) -> dict[str, str]:
         """Environment variables every handler of the stack sees (Globals + each function's own).
@@ -190,6 +198,10 @@ class _Resolver:
         resolved = {k: self.resolve(v, f"{where}.{k}") for k, v in value.items()}
         # a property whose value is AWS::NoValue is absent, as CloudFormation removes it
         return {k: v for k, v in resolved.items() if not (v is None and isinstance(value[k], dict))}
+
+    def active(self, resource: Mapping[str, Any], where: str) -> bool:
+        """Whether CloudFormation creates ``resource``: it has no ``Condition``, or its condition holds."""
+        return "Condition" not in resource or self.condition(resource["Condition"], where)
 
     def condition(self, name: str, where: str) -> bool:
         """A named condition of the template's ``Conditions``, evaluated with the stack's parameters."""
@@ -564,6 +576,9 @@ def create_stack(
         parameters=_parameters(doc, parameters),
     )
 
+    # what CloudFormation would create: a resource whose Condition is false is neither created nor named
+    resources = {k: v for k, v in resources.items() if resolver.active(v, k)}
+
     # Physical names first, so every Ref/GetAtt resolves whatever the creation order.
     tables: dict[str, str] = {}
     buckets: dict[str, str] = {}
@@ -660,6 +675,12 @@ def create_stack(
             reserved_concurrency=_reserved(resolver, logical_id, merged),
         )
 
+    def remember(logical_id: str, physical: str, attributes: Mapping[str, str]) -> None:
+        resolver.refs[logical_id] = physical
+        resolver.attributes.update({(logical_id, name): value for name, value in attributes.items()})
+
+    user_pools = user_pool.create_user_pools(client("cognito-idp"), resources, resolver.resolve, remember, region)
+
     return Stack(
         name=stack_name,
         region=region,
@@ -674,4 +695,5 @@ def create_stack(
         parameters={k: v for k, v in resolver.parameters.items() if isinstance(v, str)},
         keys=keys,
         aliases=aliases,
+        user_pools=user_pools,
     )

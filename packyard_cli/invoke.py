@@ -61,8 +61,31 @@ SAMPLES: dict[str, tuple[str, str]] = {
     "CommitFunction": ("sfn_commit.json", "planned"),
     "SettlementFunction": ("sfn_settle.json", "committed"),
     "SweeperFunction": ("sfn_sweep.json", "uploaded"),
+    "TokenClaimsFunction": ("cognito_pre_token.json", "nothing"),
 }
-STAGES = ("releases", "uploaded", "verified", "admitted", "planned", "committed", "consent_planned", "consent")
+STAGES = (
+    "nothing",
+    "releases",
+    "uploaded",
+    "verified",
+    "admitted",
+    "planned",
+    "committed",
+    "consent_planned",
+    "consent",
+)
+
+
+# the template parameters a function's stack needs, for a function that exists only under a Condition
+STACK_PARAMETERS: dict[str, dict[str, str]] = {"TokenClaimsFunction": {"CreateUserPool": "true"}}
+
+
+def stack_parameters(function: str) -> dict[str, str] | None:
+    """The parameters of the stack ``function`` (a logical id or a folder under functions/) is invoked on."""
+    for logical_id, parameters in STACK_PARAMETERS.items():
+        if function in (logical_id, logical_id.removesuffix("Function").lower()):
+            return parameters
+    return None
 
 
 class InvokeError(Exception):
@@ -73,10 +96,10 @@ class InvokeError(Exception):
 
 
 @contextmanager
-def local_stack() -> Iterator[Any]:
+def local_stack(parameters: dict[str, str] | None = None) -> Iterator[Any]:
     import devstack
 
-    stack = devstack.start_local_aws()
+    stack = devstack.start_local_aws(parameters=parameters)
     try:
         yield stack
     finally:
@@ -126,6 +149,8 @@ def seed(stack: Any, until: str) -> dict[str, Any]:
     from packyard_cli.build import build_from_files
 
     made: dict[str, Any] = {}
+    if until == "nothing":  # the function reads only its event (TokenClaimsFunction)
+        return made
     caller = Caller(LocalApi(stack), TENANT, subject="sample-owner")
     for version, files, permissions in (("1.0.0", FILES_V1, []), ("2.0.0", FILES_V2, NETWORK)):
         published = caller.publish(PACKAGE, version, build_from_files(files, permissions=permissions))
@@ -300,7 +325,7 @@ def invoke(function: str, event_file: Path, *, use_seed: bool = True, out: Calla
     from devstack import lambdas
 
     # logs (the handlers' and the seed's) go to stderr; stdout carries only the result, as with sam local invoke
-    with contextlib.redirect_stdout(sys.stderr), local_stack() as stack:
+    with contextlib.redirect_stdout(sys.stderr), local_stack(stack_parameters(function)) as stack:
         spec = function_spec(stack, function)
         if use_seed:
             stage = SAMPLES.get(spec.logical_id, ("", "releases"))[1]

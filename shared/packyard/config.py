@@ -140,6 +140,9 @@ class Settings(BaseModel):
     actor_owner_values: str = Field(default="owner", alias="ACTOR_OWNER_VALUES")
     actor_workflow_values: str = Field(default="workflow", alias="ACTOR_WORKFLOW_VALUES")
     actor_when_absent: Literal["owner", "workflow"] = Field(default="workflow", alias="ACTOR_WHEN_ABSENT")
+    # the stack's own user pool (template CreateUserPool): the tenant its client-credentials tokens act for
+    # (packyard.api.token_claims); empty: they carry no tenant and are refused
+    machine_tenant: str = Field(default="", alias="MACHINE_TENANT")
 
 
 @lru_cache(maxsize=1)
