@@ -412,3 +412,37 @@ def test_every_synced_file_matches_the_manifest_the_resolved_view_names(
         manifest = requests.get(item["manifestUrl"], timeout=30).json()
         on_disk = {p: hashlib.sha256(b).hexdigest() for p, b in tree(target / item["installationId"]).items()}
         assert on_disk == {f["path"]: f["sha256"] for f in manifest["files"]}
+
+
+def test_the_readme_runtime_example_runs_and_reports_what_changed(
+    cli: Cli, contents: dict[str, dict[str, bytes]], ws: str, tmp_path: Path, cache: Path
+) -> None:
+    """The README's Python example, verbatim (between its runtime-example markers), as a runtime would run it."""
+    text = (ROOT / "README.md").read_text("utf-8")
+    block = text.split("<!-- runtime-example:start -->", 1)[1].split("<!-- runtime-example:end -->", 1)[0]
+    code = block.split("```python\n", 1)[1].split("```", 1)[0]
+    target = tmp_path / "skills"
+    env = {
+        **cli.env(),
+        "PACKYARD_TOKEN": cli.token(),
+        "PACKYARD_CACHE_DIR": str(cache),
+        "WORKSPACE": ws,
+        "SKILLS_DIR": str(target),
+    }
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr
+    assert sorted(first.stdout.splitlines()) == [
+        f"load notes from {target / 'notes'}",
+        f"load weather from {target / 'weather'}",
+    ]
+    assert_holds(target, {"weather": contents["weather@1.0.0"], "notes": contents["notes@1.0.0"]})
+    assert cli("uninstall", "notes", "--workspace", ws).code == 0
+    second = run()
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines() == ["unload notes"]
