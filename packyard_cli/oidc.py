@@ -19,6 +19,7 @@ import hashlib
 import html
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -252,6 +253,10 @@ def client_credentials(
 # ------------------------------------------------------------------ people: the loopback redirect
 
 
+class _IPv6Server(HTTPServer):
+    address_family = socket.AF_INET6
+
+
 @dataclass
 class Redirect:
     """What came back to the loopback listener: the query of the redirect."""
@@ -259,12 +264,42 @@ class Redirect:
     params: dict[str, str]
 
 
+@dataclass(frozen=True)
+class LoopbackAddress:
+    """Where the redirect comes back: ``http://127.0.0.1:<free port>/callback`` by default (RFC 8252 sections 7.3 and
+    8.3), or what the client's registration demands (Cognito matches the URL exactly and takes http only for
+    ``localhost``: ``http://localhost:8976/callback``)."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: a port the OS picks
+    path: str = CALLBACK_PATH
+
+    @classmethod
+    def parse(cls, uri: str | None) -> LoopbackAddress:
+        if not uri:
+            return cls()
+        try:
+            parts = urlsplit(uri)
+            port = parts.port or 0
+        except ValueError:
+            port, parts = -1, urlsplit("")
+        host = (parts.hostname or "").lower()
+        if parts.scheme != "http" or host not in ("127.0.0.1", "localhost", "::1") or port < 0 or parts.query:
+            raise CliError(
+                f"--redirect-uri {uri!r} is not a loopback address",
+                detail="use http://127.0.0.1[:PORT]/PATH, http://[::1][:PORT]/PATH or http://localhost:PORT/PATH",
+                exit_code=EXIT_USAGE,
+            )
+        return cls("[::1]" if host == "::1" else host, port, parts.path or CALLBACK_PATH)
+
+
 class LoopbackListener:
-    """A one-shot HTTP listener on 127.0.0.1 (RFC 8252 section 7.3) that waits for the redirect to ``/callback``.
+    """A one-shot HTTP listener on the loopback interface (RFC 8252 section 7.3) that waits for the redirect.
 
     Other paths (a browser's ``/favicon.ico``) get 404 and are not the answer."""
 
-    def __init__(self, expected_state: str) -> None:
+    def __init__(self, expected_state: str, address: LoopbackAddress | None = None) -> None:
+        self.address = address or LoopbackAddress()
         self.expected_state = expected_state
         self.result: Redirect | None = None
         self._done = threading.Event()
@@ -273,7 +308,7 @@ class LoopbackListener:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
-                if parts.path != CALLBACK_PATH:
+                if parts.path != listener.address.path:
                     self._page(404, "Not found", "this address only receives the sign-in answer")
                     return
                 params = dict(parse_qsl(parts.query, keep_blank_values=True))
@@ -301,12 +336,21 @@ class LoopbackListener:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self._server = HTTPServer(("127.0.0.1", 0), Handler)
+        server_class = _IPv6Server if self.address.host == "[::1]" else HTTPServer
+        bind = "::1" if self.address.host == "[::1]" else "127.0.0.1"  # localhost: its IPv4 address
+        try:
+            self._server = server_class((bind, self.address.port), Handler)
+        except OSError as exc:
+            raise CliError(
+                f"cannot listen on {bind} port {self.address.port} for the sign-in answer",
+                detail=f"{exc.strerror or exc}; free the port, or choose another --redirect-uri",
+                exit_code=EXIT_USAGE,
+            ) from None
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), daemon=True)
 
     @property
     def redirect_uri(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}{CALLBACK_PATH}"
+        return f"http://{self.address.host}:{self._server.server_address[1]}{self.address.path}"
 
     def __enter__(self) -> LoopbackListener:
         self._thread.start()
@@ -358,6 +402,7 @@ def authorization_code(
     audience: str | None = None,
     tenant: str | None = None,
     timeout: float = 300.0,
+    redirect_uri: str | None = None,
     now: Callable[[], float] = time.time,
 ) -> Credentials:
     """Sign a person in: ``show`` gets the authorization URL (printing it, opening a browser); the redirect comes
@@ -369,7 +414,7 @@ def authorization_code(
             exit_code=EXIT_USAGE,
         )
     state, verifier = secrets.token_urlsafe(24), new_verifier()
-    with LoopbackListener(state) as listener:
+    with LoopbackListener(state, LoopbackAddress.parse(redirect_uri)) as listener:
         url = authorization_url(
             issuer,
             client_id=client_id,
@@ -382,7 +427,7 @@ def authorization_code(
         )
         show(url)
         answer = listener.wait(timeout)
-        redirect_uri = listener.redirect_uri
+        sent_redirect_uri = listener.redirect_uri
     if answer is None:
         raise CliError(
             f"no sign-in within {timeout:.0f}s",
@@ -417,7 +462,7 @@ def authorization_code(
     form = {
         "grant_type": "authorization_code",
         "code": params.get("code", ""),
-        "redirect_uri": redirect_uri,
+        "redirect_uri": sent_redirect_uri,
         "client_id": client_id,
         "code_verifier": verifier,
     }

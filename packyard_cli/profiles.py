@@ -18,8 +18,8 @@ The file is TOML, at ``$PACKYARD_CONFIG_FILE``, else ``$XDG_CONFIG_HOME/packyard
     scopes = "https://packyard.example/packages:read https://packyard.example/packages:publish"
 
 Keys: ``endpoint``, ``token_command``, ``output`` (table, json, tsv), ``tenant`` (tokens minted for the local
-stack), and for ``packyard login``: ``issuer``, ``client_id``, ``scopes`` (space separated), ``audience``. Flags
-win over environment variables, which win over the profile (as with ``aws``).
+stack), and for ``packyard login``: ``issuer``, ``client_id``, ``scopes`` (space separated), ``audience``,
+``redirect_uri``. Flags win over environment variables, which win over the profile (as with ``aws``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 from packyard_cli.client import EXIT_UNAUTHORIZED, EXIT_USAGE, CliError
 from packyard_cli.output import FORMATS
 
-KEYS = ("endpoint", "token_command", "output", "tenant", "issuer", "client_id", "scopes", "audience")
+KEYS = ("endpoint", "token_command", "output", "tenant", "issuer", "client_id", "scopes", "audience", "redirect_uri")
 DEFAULT_PROFILE = "default"
 TOKEN_COMMAND_TIMEOUT = 60.0
 
@@ -51,6 +51,7 @@ class Profile:
     client_id: str | None = None
     scopes: str | None = None
     audience: str | None = None
+    redirect_uri: str | None = None
     source: Path | None = None
 
 

@@ -94,6 +94,7 @@ def cmd_login(ctx: Context, args: argparse.Namespace) -> int:
             audience=audience,
             tenant=tenant,
             timeout=args.timeout,
+            redirect_uri=args.redirect_uri or ctx.profile.redirect_uri,
         )
     path = credentials.cache_path(ctx.profile.name)
     credentials.save(path, signed_in)

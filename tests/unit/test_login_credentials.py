@@ -14,7 +14,7 @@ from devstack.oidc import _is_loopback_redirect, pkce_challenge
 from packyard_cli import credentials
 from packyard_cli.client import EXIT_UNAUTHORIZED, EXIT_USAGE, CliError
 from packyard_cli.credentials import Credentials
-from packyard_cli.oidc import challenge_of, new_verifier
+from packyard_cli.oidc import LoopbackAddress, challenge_of, new_verifier
 
 # RFC 7636, Appendix B: this verifier's S256 challenge
 RFC_VERIFIER = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk"
@@ -163,3 +163,25 @@ def test_logout_removes_the_cache_and_its_lock() -> None:
     assert credentials.remove(path) is True
     assert list(path.parent.iterdir()) == []
     assert credentials.remove(path) is False
+
+
+@pytest.mark.parametrize(
+    ("uri", "address"),
+    [
+        (None, LoopbackAddress("127.0.0.1", 0, "/callback")),
+        ("http://localhost:8976/callback", LoopbackAddress("localhost", 8976, "/callback")),  # Cognito's, exactly
+        ("http://127.0.0.1/cb", LoopbackAddress("127.0.0.1", 0, "/cb")),
+        ("http://[::1]:5000/", LoopbackAddress("[::1]", 5000, "/")),
+    ],
+)
+def test_the_redirect_uri_the_cli_listens_on(uri: str | None, address: LoopbackAddress) -> None:
+    assert LoopbackAddress.parse(uri) == address
+
+
+@pytest.mark.parametrize(
+    "uri", ["https://127.0.0.1:1/cb", "http://example.com:1/cb", "http://127.0.0.1:99999/cb", "http://127.0.0.1:1/?a=b"]
+)
+def test_a_redirect_uri_off_the_loopback_interface_is_a_usage_error(uri: str) -> None:
+    with pytest.raises(CliError) as refused:
+        LoopbackAddress.parse(uri)
+    assert refused.value.exit_code == EXIT_USAGE
