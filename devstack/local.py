@@ -10,9 +10,11 @@
 
 Both ports are bound before anything else starts, so a port in use is a one-line message and exit code 2.
 
-Nothing persists across restarts: moto keeps every table, bucket and execution in this process's memory, so a
-restart starts empty (the banner says so). The state directory holds only the signing key (so tokens minted
-before a restart still verify) and ``local.json`` (where the running stack listens, for the CLI).
+State persists across restarts with ``data_dir`` (``packyard local`` by default: ``<state dir>/data``, or
+``--data DIR``): :mod:`devstack.persistence` journals every change of the stack's table, bucket and executions and
+loads it back at the next start; ``--ephemeral`` keeps everything in memory only (a restart starts empty). The state
+directory also holds the signing key (so tokens minted before a restart still verify) and ``local.json`` (where the
+running stack listens, for the CLI).
 Ctrl-C (SIGINT) or SIGTERM stops both servers and removes the state file.
 
 Run with ``python -m devstack.local`` or ``packyard local`` (same options).
@@ -54,6 +56,7 @@ class LocalStack:
     aws_url: str
     state_dir: Path
     stack: Any  # devstack.template.Stack
+    data: Any = None  # devstack.persistence.DataDir, or None when nothing persists
     _stoppers: list[Callable[[], None]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -144,19 +147,20 @@ def start(
     log: Callable[[str], None] | None = None,
     sweep_every: float = SWEEP_EVERY,
     idp: str | None = None,
+    data_dir: str | Path | None = None,
 ) -> LocalStack:
     """Start moto on ``sockets.aws``, create the stack, start the HTTP API on ``sockets.api``.
 
     Changes this process's environment (restored by :meth:`LocalStack.stop`): handlers run in it. Once per
     process: moto's backends are process-wide, so a second stack here would find the first one's table.
+    ``data_dir``: keep the state there (:mod:`devstack.persistence`); None: in memory only.
     """
     from moto.core.config import default_user_config
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    from devstack import lambdas, serializable
+    from devstack import lambdas, persistence, serializable
     from devstack.api import LocalApi
-    from devstack.oidc import issuer_for
     from devstack.openapi import generate
     from devstack.server import LocalApiServer
     from devstack.sfn import (
@@ -180,6 +184,12 @@ def start(
                 stop()
 
     try:
+        exit_point = persistence.install_exit_point()  # PACKYARD_LOCAL_EXIT_AT: the restart tests' kill points
+        if exit_point is not None:
+            stoppers.append(exit_point)
+        data = persistence.open_data(data_dir) if data_dir is not None else None
+        if data is not None:
+            stoppers.append(data.close)
         _quiet_loggers(verbose)
         if not verbose:
             # every request flushes the (disabled) metrics; Powertools warns each time there were none
@@ -204,7 +214,7 @@ def start(
         moto_server = make_server(
             host,
             aws_port,
-            DomainDispatcherApplication(create_backend_app),
+            _moto_app(DomainDispatcherApplication(create_backend_app), data),
             threaded=True,
             request_handler=MotoRequestHandler,
             fd=sockets.aws.fileno(),
@@ -217,7 +227,9 @@ def start(
 
         # --idp: the claim mapping of packyard_cli.identity_providers, passed as the template's parameters
         parameters = tokens_shaped_like(idp)
-        stack = create_stack(region=region, endpoint_url=aws_url, parameters=parameters)
+        # a persistent stack keeps its physical names (the bucket's suffix) from start to start
+        suffix = data.suffix if data is not None else None
+        stack = create_stack(region=region, endpoint_url=aws_url, parameters=parameters, suffix=suffix)
         serializable.install()  # DynamoDB's own atomicity, which moto's server threads would not give
         stoppers.append(serializable.uninstall)
         lambdas.install(stack)
@@ -226,6 +238,9 @@ def start(
         stoppers.append(uninstall_retry_clock)
         install_execution_names()
         stoppers.append(uninstall_execution_names)
+        if data is not None:  # the journal's state back into moto, then every change journaled
+            data.restore(region)
+            data.start_journal()
         _set_env(stack.environment(), saved_env)
         # The template's INFO logs and EMF metrics per request would drown the access log.
         _set_env({"POWERTOOLS_LOG_LEVEL": log_level.upper()}, saved_env)
@@ -240,7 +255,6 @@ def start(
             key,
             openapi=lambda: generate(server_url=api_url),
             log=log,
-            oidc=lambda url: issuer_for(key, url, state_dir=directory, idp=idp),  # packyard login's issuer
         )
         api_thread = threading.Thread(target=api_server.serve_forever, args=(0.1,), name="packyard-api", daemon=True)
         api_thread.start()
@@ -257,11 +271,11 @@ def start(
                 "api": api_url,
                 "aws": aws_url,
                 "issuer": tokens.ISSUER,
-                "oidcIssuer": api_server.oidc.issuer if api_server.oidc is not None else None,
                 "audience": tokens.AUDIENCE,
                 "bucket": stack.bucket_name,
                 "table": stack.table_name,
                 "maintenanceStateMachine": stack.state_machine_arns.get("MaintenanceStateMachine"),
+                "data": str(data.path) if data is not None else None,
                 "startedAt": int(time.time()),
             },
         )
@@ -280,7 +294,33 @@ def start(
         stop_all()
         sockets.close()
         raise
-    return LocalStack(host=host, api_url=api_url, aws_url=aws_url, state_dir=directory, stack=stack, _stoppers=stoppers)
+    return LocalStack(
+        host=host,
+        api_url=api_url,
+        aws_url=aws_url,
+        state_dir=directory,
+        stack=stack,
+        data=data,
+        _stoppers=stoppers,
+    )
+
+
+def _moto_app(app: Any, data: Any) -> Any:
+    """moto's WSGI app; with a data directory, wrapped so each request's S3 writes are journaled."""
+    if data is None:
+        return app
+    from devstack.persistence import journaled_app
+
+    return journaled_app(app, data)
+
+
+def data_directory(args: argparse.Namespace) -> Path | None:
+    """Where ``packyard local`` keeps the state: ``--data``, else ``<state dir>/data``; None with ``--ephemeral``."""
+    if getattr(args, "ephemeral", False):
+        return None
+    if getattr(args, "data", None):
+        return Path(args.data)
+    return tokens.state_dir(getattr(args, "state_dir", None)) / "data"
 
 
 # ------------------------------------------------------------------ the command
@@ -318,6 +358,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
                 log_level=args.log_level,
                 verbose=args.verbose,
                 idp=getattr(args, "idp", None),
+                data_dir=data_directory(args),
                 log=lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True),
             )
     except Exception as exc:
@@ -337,15 +378,11 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
             f"  HTTP API     [bold]{stack.api_url}[/]   (JWT: RS256, iss {tokens.ISSUER}, aud {tokens.AUDIENCE})\n"
             f"  OpenAPI      {stack.api_url}/openapi.json\n"
             f"  Swagger UI   {stack.api_url}/docs\n"
-            f"  sign in      [bold]{stack.cli_environment()}packyard login[/]   (OpenID Connect issuer "
-            f"{stack.api_url}/oidc; machines: packyard login --client-credentials, secret in "
-            f"{stack.state_dir}/oidc-client-secret)\n"
             f"  AWS (moto)   {stack.aws_url}   (S3, DynamoDB, Step Functions, Lambda; presigned URLs point here)\n"
             f"  table        {stack.stack.table_name}\n"
             f"  bucket       {stack.stack.bucket_name}\n"
-            f"  state dir    {stack.state_dir}   (signing key and address only)\n"
-            "  [bold yellow]nothing persists[/]: packages, uploads and installations live in memory and are gone when "
-            "the stack stops; a restart starts empty\n"
+            f"  state dir    {stack.state_dir}   (signing key and address)\n"
+            f"{_persistence_line(stack)}\n"
             f"  the CLI:     [bold]{stack.cli_environment()}packyard releases[/]  (finds this stack, mints a token)\n"
             f"  a token:     [bold]{stack.cli_environment()}packyard token --tenant local --subject me[/]\n"
             f'  curl:        curl -H "Authorization: Bearer $({stack.cli_environment()}packyard token)" '
@@ -367,6 +404,20 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
             signal.signal(sig, handler)
     console.print("stopped")
     return 0
+
+
+def _persistence_line(stack: LocalStack) -> str:
+    if stack.data is None:
+        return (
+            "  [bold yellow]nothing persists[/] (--ephemeral): packages, uploads and installations live in memory and "
+            "are gone when the stack stops; a restart starts empty"
+        )
+    found = stack.data.summary()
+    torn = f"; a torn last record ({stack.data.torn_bytes} bytes) was cut off" if stack.data.torn_bytes else ""
+    return (
+        f"  data         {stack.data.path}   (kept across restarts: {found['items']} items, {found['objects']} "
+        f"objects, {found['executions']} executions loaded{torn}; --ephemeral keeps nothing)"
+    )
 
 
 def exit_now(code: int) -> None:

@@ -47,6 +47,8 @@ def start_stack(
     its log."""
     state_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "packyard_cli", "--state-dir", str(state_dir), "local"]
+    if "--data" not in extra_args:
+        extra_args = ("--ephemeral", *extra_args)  # tests, make demo and the benchmarks start empty
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [*command, "--api-port", "0", "--aws-port", "0", *extra_args],

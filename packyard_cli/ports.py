@@ -83,5 +83,14 @@ def add_local_arguments(parser: argparse.ArgumentParser, *, verbose: bool = True
         help="read tokens shaped like that identity provider's (its claim mapping as template parameters; mint "
         "them with packyard token --like NAME)",
     )
+    keeping = parser.add_mutually_exclusive_group()
+    keeping.add_argument(
+        "--data",
+        metavar="DIR",
+        help="keep tables, objects and executions there across restarts (default: <state dir>/data)",
+    )
+    keeping.add_argument(
+        "--ephemeral", action="store_true", help="keep nothing: the stack starts empty and forgets everything on exit"
+    )
     if verbose:
         parser.add_argument("--verbose", action="store_true", help="also show moto's AWS calls and EMF metrics")

@@ -1,0 +1,655 @@
+"""The local stack's state on disk (``packyard local --data DIR``): an append-only journal of moto's changes.
+
+moto keeps every table, bucket and execution in this process's memory. Here each change is also written to
+``<data>/journal.log`` as it happens, one record per change, and the next start reads the journal back into moto's
+backends before the stack serves anything:
+
+* **DynamoDB**: every item write (PutItem, UpdateItem, DeleteItem, each item of a BatchWriteItem, a
+  TransactWriteItems as a whole) is recorded as the *images* of the items it touched (the item as it now is, or its
+  key when it is gone), written while the write still holds the journal's lock: records are in the order the writes
+  happened, and a transaction's items are one record (all or nothing). Indexes (the due index) are derived from the
+  items, as DynamoDB derives them.
+* **S3**: every object write or delete (PutObject, presigned PUTs, CopyObject, CompleteMultipartUpload,
+  DeleteObject(s)) is recorded at the end of its request as the object's image: its body goes to
+  ``<data>/objects/<sha256>`` first (temporary file, fsync, rename), then the record names it.
+* **Step Functions**: each execution is recorded when it starts and when it settles (status, output, error,
+  cause). State machines are created from template.yaml at every start (same names, same ARNs). An execution that
+  was running when the stack died cannot resume (moto's interpreter keeps its place in memory only): it comes back
+  ``ABORTED`` (error ``States.Runtime``), as if stopped, and the maintenance sweeps settle what it was doing, exactly
+  as they settle an execution that ended on AWS without settling.
+
+A record is one line ``<crc32 hex> <json>\\n`` written with one ``write`` and flushed with ``fdatasync``: a ``kill -9``
+at any point leaves whole records plus at most one torn last line, which the next start recognises (its checksum)
+and cuts off. Each start folds the journal into the latest image per item, object and execution and writes that
+as a new journal (temporary file, fsync, rename), so the journal holds one record per live thing plus what changed
+since the last start.
+
+Not kept: TransactWriteItems idempotency tokens (10 minutes), execution histories (GetExecutionHistory of an
+execution from before the restart answers no events), in-flight multipart uploads (their parts), and anything
+outside the stack's table, bucket and state machines.
+
+Entry points: :func:`open_data` (lock the directory, read the journal), :meth:`DataDir.restore` (load it into moto,
+after :func:`devstack.template.create_stack`), :meth:`DataDir.start_journal` (compact, then record every change),
+:func:`journaled_app` (the WSGI wrapper around moto's server that writes S3 images), :meth:`DataDir.close`.
+:func:`install_exit_point` is the fault hook the restart tests use: ``PACKYARD_LOCAL_EXIT_AT`` names a step at which
+the process dies (``os._exit``), deterministically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import threading
+import uuid
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JOURNAL = "journal.log"
+OBJECTS = "objects"
+STACK_FILE = "stack.json"
+LOCK_FILE = "lock"
+FORMAT = 1
+EXIT_AT = "PACKYARD_LOCAL_EXIT_AT"
+EXIT_CODE = 137  # what a shell reports for a process killed by SIGKILL
+LOST_EXECUTION_ERROR = "States.Runtime"
+LOST_EXECUTION_CAUSE = "the local stack stopped while this execution ran; it did not resume after the restart"
+
+__all__ = [
+    "DataDir",
+    "DataDirInUse",
+    "World",
+    "install_exit_point",
+    "journaled_app",
+    "open_data",
+    "read_journal",
+]
+
+
+class DataDirInUse(Exception):
+    """Another running stack holds the data directory."""
+
+
+# ------------------------------------------------------------------ records
+
+
+def encode_record(record: dict[str, Any]) -> bytes:
+    body = json.dumps(record, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return b"%08x %s\n" % (zlib.crc32(body), body)
+
+
+def decode_line(line: bytes) -> dict[str, Any] | None:
+    """The record of one journal line, or None when the line is torn or altered (its checksum does not match)."""
+    if not line.endswith(b"\n") or len(line) < 11 or line[8:9] != b" ":
+        return None
+    body = line[9:-1]
+    try:
+        if int(line[:8], 16) != zlib.crc32(body):
+            return None
+        record = json.loads(body)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def read_journal(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every whole record of the journal at ``path``, in order, and the length of the good part: reading stops at
+    the first torn or altered line (a write the process died in), and what follows it is not trusted."""
+    records: list[dict[str, Any]] = []
+    good = 0
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
+        return records, 0
+    with handle:
+        for line in handle:
+            record = decode_line(line)
+            if record is None:
+                break
+            records.append(record)
+            good += len(line)
+    return records, good
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
+    """Write ``path`` so that it is either its old content or all of the new one: temporary file, fsync, rename."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with temporary.open("wb") as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+    _fsync_directory(path.parent)
+
+
+class Journal:
+    """The open journal: each :meth:`append` is one ``write`` of a whole record, then ``fdatasync``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.records = 0
+
+    def append(self, record: dict[str, Any]) -> None:
+        os.write(self._fd, encode_record(record))
+        os.fdatasync(self._fd)
+        self.records += 1
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+
+# ------------------------------------------------------------------ the folded state
+
+
+@dataclass
+class World:
+    """What a journal describes: the latest image of every item, object and execution."""
+
+    items: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # table → key json → item
+    objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # bucket → key → object image
+    executions: dict[str, dict[str, Any]] = field(default_factory=dict)  # execution ARN → its record
+    suffix: str | None = None
+
+    def apply(self, record: dict[str, Any]) -> None:
+        kind = record.get("k")
+        if kind == "ddb":
+            for table, changes in record["tables"].items():
+                items = self.items.setdefault(table, {})
+                for key, item in changes:
+                    if item is None:
+                        items.pop(key, None)
+                    else:
+                        items[key] = item
+        elif kind == "s3":
+            objects = self.objects.setdefault(record["bucket"], {})
+            for key, image in record["objects"]:
+                if image is None:
+                    objects.pop(key, None)
+                else:
+                    objects[key] = image
+        elif kind == "sfn":
+            execution = record["execution"]
+            self.executions.setdefault(execution["arn"], {}).update(execution)
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """The world as journal records: one per table's items (in pages), object and execution."""
+        for table, items in self.items.items():
+            page: list[list[Any]] = []
+            for key, item in items.items():
+                page.append([key, item])
+                if len(page) == 500:
+                    yield {"k": "ddb", "tables": {table: page}}
+                    page = []
+            if page:
+                yield {"k": "ddb", "tables": {table: page}}
+        for bucket, objects in self.objects.items():
+            for key, image in objects.items():
+                yield {"k": "s3", "bucket": bucket, "objects": [[key, image]]}
+        for execution in self.executions.values():
+            yield {"k": "sfn", "execution": execution}
+
+    def blobs(self) -> set[str]:
+        return {image["body"] for objects in self.objects.values() for image in objects.values()}
+
+
+def fold(records: Iterable[dict[str, Any]]) -> World:
+    world = World()
+    for record in records:
+        world.apply(record)
+    return world
+
+
+# ------------------------------------------------------------------ the data directory
+
+
+@dataclass
+class DataDir:
+    """An open (locked) data directory and the world its journal holds."""
+
+    path: Path
+    world: World
+    torn_bytes: int = 0  # what the last start found after the last whole record (a write it died in)
+    _lock_fd: int | None = None
+    journal: Journal | None = None
+    _hooks: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def suffix(self) -> str:
+        """The physical names' suffix of this stack (its bucket's name): the same at every start."""
+        assert self.world.suffix is not None
+        return self.world.suffix
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "items": sum(len(items) for items in self.world.items.values()),
+            "objects": sum(len(objects) for objects in self.world.objects.values()),
+            "executions": len(self.world.executions),
+        }
+
+    def restore(self, region: str, account: str = "123456789012") -> None:
+        """Put the world back into moto's backends (the stack's resources exist: create_stack ran)."""
+        _restore_items(self.world, region, account)
+        _restore_objects(self.world, self.path / OBJECTS, account)
+        _restore_executions(self.world, region, account)
+
+    def start_journal(self) -> None:
+        """Compact (the world as a new journal, atomically), drop unreferenced bodies, then record every change."""
+        journal_path = self.path / JOURNAL
+        write_atomically(journal_path, (encode_record(record) for record in self.world.records()))
+        referenced = self.world.blobs()
+        for body in (self.path / OBJECTS).iterdir():
+            if body.name not in referenced:
+                with contextlib.suppress(OSError):
+                    body.unlink()
+        self.journal = Journal(journal_path)
+        self._hooks = _install_hooks(self.journal, self.path / OBJECTS)
+
+    def close(self) -> None:
+        for uninstall in reversed(self._hooks):
+            with contextlib.suppress(Exception):
+                uninstall()
+        self._hooks = []
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def open_data(path: str | Path) -> DataDir:
+    """Lock ``path`` (one stack per data directory; the lock dies with the process) and read its journal."""
+    directory = Path(path).resolve()
+    (directory / OBJECTS).mkdir(parents=True, exist_ok=True)
+    lock_fd = os.open(directory / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock_fd)
+        raise DataDirInUse(f"{directory} is used by another running local stack") from None
+    try:
+        stack_file = directory / STACK_FILE
+        try:
+            stack = json.loads(stack_file.read_text("utf-8"))
+        except FileNotFoundError:
+            stack = {"format": FORMAT, "suffix": uuid.uuid4().hex[:12]}
+            write_atomically(stack_file, [json.dumps(stack, indent=2).encode("utf-8")])
+        if stack.get("format") != FORMAT:
+            raise ValueError(f"{stack_file}: data format {stack.get('format')!r}, this stack reads {FORMAT}")
+        journal_path = directory / JOURNAL
+        records, good = read_journal(journal_path)
+        size = journal_path.stat().st_size if journal_path.exists() else 0
+        world = fold(records)
+        world.suffix = str(stack["suffix"])
+    except BaseException:
+        os.close(lock_fd)
+        raise
+    return DataDir(path=directory, world=world, torn_bytes=size - good, _lock_fd=lock_fd)
+
+
+# ------------------------------------------------------------------ restoring into moto
+
+
+def _restore_items(world: World, region: str, account: str) -> None:
+    from moto.dynamodb.models import dynamodb_backends
+
+    backend = dynamodb_backends[account][region]
+    for table_name, items in world.items.items():
+        if table_name not in backend.tables:
+            continue  # a table the template no longer has
+        table = backend.get_table(table_name)
+        for item in items.values():
+            table.put_item(item)
+
+
+def _restore_objects(world: World, bodies: Path, account: str) -> None:
+    from moto.s3.models import s3_backends
+
+    backend = s3_backends[account]["global"]
+    for bucket_name, objects in world.objects.items():
+        if bucket_name not in backend.buckets:
+            continue
+        for key_name, image in objects.items():
+            value = (bodies / image["body"]).read_bytes()
+            key = backend.put_object(bucket_name, key_name, value, disable_notification=True)
+            for name, attribute in image["attributes"].items():
+                setattr(key, name, attribute)
+            key.set_metadata(image["metadata"], replace=True)
+            key.last_modified = datetime.datetime.fromisoformat(image["lastModified"])
+
+
+def _restore_executions(world: World, region: str, account: str) -> None:
+    from moto.stepfunctions.parser.api import ExecutionStatus
+    from moto.stepfunctions.parser.backend.execution import Execution
+    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+    backend = stepfunctions_parser_backends[account][region]
+    machines: dict[str, Any] = {machine.arn: machine for machine in backend.state_machines}
+    now = datetime.datetime.now(tz=datetime.UTC)
+    for record in world.executions.values():
+        machine = machines.get(record.get("machine", ""))
+        if machine is None:  # a state machine the template no longer has (or a start never recorded)
+            continue
+        execution = Execution(
+            name=record["name"],
+            sm_type=machine.sm_type,
+            role_arn=machine.roleArn,
+            exec_arn=record["arn"],
+            account_id=account,
+            region_name=region,
+            state_machine=machine,
+            start_date=datetime.datetime.fromisoformat(record["startDate"]),
+            cloud_watch_logging_session=None,
+            activity_store={},
+            input_data=record["input"],
+        )
+        if "status" in record:
+            execution.exec_status = ExecutionStatus(record["status"])
+            execution.stop_date = datetime.datetime.fromisoformat(record["stopDate"])
+            execution.output = json.loads(record["output"]) if record.get("output") is not None else None
+            execution.error = record.get("error")
+            execution.cause = record.get("cause")
+        else:  # running when the stack died: it cannot go on, it ended
+            execution.exec_status = ExecutionStatus.ABORTED
+            execution.stop_date = now
+            execution.error = LOST_EXECUTION_ERROR
+            execution.cause = LOST_EXECUTION_CAUSE
+            record.update(status="ABORTED", stopDate=now.isoformat(), error=execution.error, cause=execution.cause)
+        machine.executions.append(execution)  # moto's own list of the machine's executions (any kind)
+
+
+# ------------------------------------------------------------------ recording changes
+
+
+_writes = threading.RLock()  # a DynamoDB write and its record, as one step (reentrant: a transaction's items)
+_objects_lock = threading.Lock()  # an S3 image read and its record, as one step
+_local = threading.local()
+
+
+def _item_key(table: Any, attributes: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
+    key = {name: attributes[name] for name in names}
+    return json.dumps(key, sort_keys=True, separators=(",", ":")), key
+
+
+def _touched_items() -> dict[tuple[str, str], dict[str, Any]]:
+    touched: dict[tuple[str, str], dict[str, Any]] | None = getattr(_local, "items", None)
+    if touched is None:
+        touched = _local.items = {}
+    return touched
+
+
+def _item_images(backend: Any, touched: dict[tuple[str, str], dict[str, Any]]) -> dict[str, list[list[Any]]]:
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    tables: dict[str, list[list[Any]]] = {}
+    for (table_name, key_json), key in touched.items():
+        table = backend.get_table(table_name)
+        hash_value = DynamoType(key[table.hash_key_attr])
+        range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+        item = table.get_item(hash_value, range_value)
+        tables.setdefault(table_name, []).append([key_json, item.to_json()["Attributes"] if item else None])
+    return tables
+
+
+def _touch_item(
+    backend: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], touched: dict[tuple[str, str], Any]
+) -> None:
+    """Note the item a put_item/update_item/delete_item call names. A call that names none (no such table, a key
+    attribute missing) changes nothing: moto refuses it with its own error."""
+    try:
+        table_name = kwargs["table_name"] if "table_name" in kwargs else args[0]
+        argument = "item_attrs" if name == "put_item" else "key"
+        attributes = kwargs[argument] if argument in kwargs else args[1]
+        key_json, key = _item_key(backend.get_table(table_name), attributes)
+    except Exception:
+        return
+    touched[(table_name, key_json)] = key
+
+
+def _journaled_write(journal: Journal, name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (a DynamoDBBackend write) that records the images of the items it touched once it succeeded; a
+    write inside another one (a transaction's Put) adds its item to the outer one's record."""
+
+    @functools.wraps(original)
+    def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with _writes:
+            depth = getattr(_local, "depth", 0)
+            touched = _touched_items()
+            if depth == 0:
+                touched.clear()
+            if name != "transact_write_items":
+                _touch_item(self, name, args, kwargs, touched)
+            _local.depth = depth + 1
+            try:
+                result = original(self, *args, **kwargs)
+            except BaseException:
+                if depth == 0:
+                    touched.clear()
+                raise
+            finally:
+                _local.depth = depth
+            if depth == 0 and touched:
+                journal.append({"k": "ddb", "tables": _item_images(self, touched)})
+                touched.clear()
+            return result
+
+    return write
+
+
+def _touch_object(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original`` (an S3Backend write) that marks the object it names; the request's end records its image."""
+
+    @functools.wraps(original)
+    def write(self: Any, bucket_name: str, key_name: str, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, bucket_name, key_name, *args, **kwargs)
+        touched: set[tuple[str, str]] | None = getattr(_local, "objects", None)
+        if touched is None:
+            touched = _local.objects = set()
+        touched.add((bucket_name, key_name))
+        return result
+
+    return write
+
+
+_SIMPLE = (str, int, float, bool, type(None))
+_KEY_SKIPPED = {"name", "bucket_name", "account_id", "region_name", "partition", "last_modified", "_metadata",
+                "_max_buffer_size", "disposed", "value", "_version_id", "_is_versioned"}  # fmt: skip
+
+
+def _object_image(key: Any, bodies: Path) -> dict[str, Any]:
+    value: bytes = key.value
+    body = hashlib.sha256(value).hexdigest()
+    path = bodies / body
+    if not path.exists():
+        write_atomically(path, [value])
+    attributes = {
+        name: attribute
+        for name, attribute in vars(key).items()
+        if name not in _KEY_SKIPPED and isinstance(attribute, _SIMPLE)
+    }
+    return {
+        "body": body,
+        "size": len(value),
+        "attributes": attributes,
+        "metadata": dict(key.metadata),
+        "lastModified": key.last_modified.isoformat(),
+    }
+
+
+def record_objects(journal: Journal, bodies: Path) -> None:
+    """Record the images of the objects this thread's request wrote or deleted (called at the request's end)."""
+    touched: set[tuple[str, str]] | None = getattr(_local, "objects", None)
+    if not touched:
+        return
+    from moto.s3.models import s3_backends
+
+    pending, _local.objects = touched, set()
+    with _objects_lock:
+        for account in list(s3_backends.keys()):
+            backend = s3_backends[account]["global"]
+            by_bucket: dict[str, list[list[Any]]] = {}
+            for bucket_name, key_name in sorted(pending):
+                bucket = backend.buckets.get(bucket_name)
+                if bucket is None:
+                    continue
+                key = bucket.keys.get(key_name)
+                image = _object_image(key, bodies) if key is not None and hasattr(key, "value") else None
+                by_bucket.setdefault(bucket_name, []).append([key_name, image])
+            for bucket_name, objects in by_bucket.items():
+                journal.append({"k": "s3", "bucket": bucket_name, "objects": objects})
+
+
+def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
+    """moto's WSGI app, recording at the end of each request the S3 objects it wrote (once the journal is open)."""
+
+    def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        _local.objects = set()
+        try:
+            return app(environ, start_response)
+        finally:
+            journal = data.journal
+            if journal is not None:
+                record_objects(journal, data.path / OBJECTS)
+            else:
+                _local.objects = set()
+
+    return application
+
+
+def _execution_started(journal: Journal, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def start(self: Any) -> Any:
+        result = original(self)
+        journal.append(
+            {
+                "k": "sfn",
+                "execution": {
+                    "arn": self.exec_arn,
+                    "machine": self.state_machine.arn,
+                    "name": self.name,
+                    "input": self.execution_input,
+                    "startDate": self.start_date.isoformat(),
+                },
+            }
+        )
+        return result
+
+    return start
+
+
+def _execution_settled(journal: Journal, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def terminated(self: Any) -> Any:
+        result = original(self)
+        execution = self.execution
+        output = execution.output
+        journal.append(
+            {
+                "k": "sfn",
+                "execution": {
+                    "arn": execution.exec_arn,
+                    "status": execution.exec_status.value,
+                    "stopDate": (execution.stop_date or datetime.datetime.now(tz=datetime.UTC)).isoformat(),
+                    "output": None if output is None else json.dumps(output, separators=(",", ":")),
+                    "error": execution.error,
+                    "cause": execution.cause,
+                },
+            }
+        )
+        return result
+
+    return terminated
+
+
+def _no_history_without_worker(original: Callable[..., Any]) -> Callable[..., Any]:
+    """An execution restored from the journal has no interpreter: its history is empty (not kept)."""
+
+    @functools.wraps(original)
+    def to_history_output(self: Any) -> Any:
+        if self.exec_worker is None:
+            return {"events": []}
+        return original(self)
+
+    return to_history_output
+
+
+def _patch(owner: type, name: str, wrap: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
+    original = owner.__dict__[name]
+    setattr(owner, name, wrap(original))
+    return lambda: setattr(owner, name, original)
+
+
+def _install_hooks(journal: Journal, bodies: Path) -> list[Callable[[], None]]:
+    from moto.dynamodb.models import DynamoDBBackend
+    from moto.s3.models import S3Backend
+    from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication, Execution
+
+    undo = [
+        _patch(DynamoDBBackend, name, functools.partial(_journaled_write, journal, name))
+        for name in ("put_item", "update_item", "delete_item", "transact_write_items")
+    ]
+    undo += [_patch(S3Backend, name, _touch_object) for name in ("put_object", "delete_object")]
+    undo.append(_patch(Execution, "start", functools.partial(_execution_started, journal)))
+    undo.append(_patch(BaseExecutionWorkerCommunication, "terminated", functools.partial(_execution_settled, journal)))
+    undo.append(_patch(Execution, "to_history_output", _no_history_without_worker))
+    return undo
+
+
+# ------------------------------------------------------------------ the fault hook of the restart tests
+
+
+def install_exit_point(spec: str | None = None) -> Callable[[], None] | None:
+    """Die (``os._exit(137)``, what SIGKILL leaves) at the step ``spec`` (default: ``$PACKYARD_LOCAL_EXIT_AT``) names:
+
+    * ``invoke:NAME``: as Step Functions invokes the Lambda function whose name or ARN contains NAME (before it runs);
+    * ``after:OPERATION@SITE``: right after AWS answered ``OPERATION`` (e.g. ``TransactWriteItems``) called by the data
+      access layer's function ``SITE`` (``module.function``, e.g. ``workspace.commit``), so its change is stored.
+
+    Returns the uninstaller, or None when no step is named."""
+    spec = spec if spec is not None else os.environ.get(EXIT_AT)
+    if not spec:
+        return None
+    from botocore.handlers import BUILTIN_HANDLERS
+
+    from devstack.faults import calling_site
+
+    when, _, what = spec.partition(":")
+    if when == "invoke":
+
+        def on_invoke(params: Any = None, **_: Any) -> None:
+            if isinstance(params, dict) and what in str(params.get("FunctionName", "")):
+                os._exit(EXIT_CODE)
+
+        handler: tuple[str, Callable[..., None]] = ("before-parameter-build.lambda.Invoke", on_invoke)
+    elif when == "after":
+        operation, _, site = what.partition("@")
+
+        def on_answer(model: Any = None, **_: Any) -> None:
+            if model is not None and model.name == operation and (not site or calling_site() == site):
+                os._exit(EXIT_CODE)
+
+        handler = ("after-call", on_answer)
+    else:
+        raise ValueError(f"{EXIT_AT}={spec!r}: expected invoke:NAME or after:OPERATION@SITE")
+    BUILTIN_HANDLERS.append(handler)
+    return lambda: BUILTIN_HANDLERS.remove(handler)
