@@ -66,6 +66,7 @@ class _TerminalProgress:
             self._bar.update(self._task, description=f"{event['installation']}: {event['step']}")
         elif kind == "done":
             self._bar.update(self._task, completed=self._bar.tasks[0].total, description="sync")
+        self._bar.refresh()  # each step shows at once (a step can be a long download)
 
 
 def cmd_sync(ctx: Context, args: argparse.Namespace) -> int:

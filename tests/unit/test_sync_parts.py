@@ -1,0 +1,141 @@
+"""The parts of ``packyard sync`` on their own: the file cache (verified writes, checked reads, least recently used
+eviction), the folder walk that refuses links, special files and other users' entries, and the one-step exchange."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from packyard_cli.sync_cache import CacheMismatch, FileCache
+from packyard_cli.sync_disk import Disk, UnsafeFolder, exchange, open_folder, scan
+
+
+def _put(cache: FileCache, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    with cache.store(digest, len(data)) as writer:
+        writer.write(data)
+    return digest
+
+
+def _copy(cache: FileCache, digest: str, size: int, tmp_path: Path) -> tuple[bool, bytes]:
+    target = tmp_path / "copy"
+    target.unlink(missing_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        ok = cache.copy_to(digest, size, fd, Disk())
+    finally:
+        os.close(fd)
+    return ok, target.read_bytes()
+
+
+def test_the_cache_evicts_the_least_recently_used_entries_first_down_to_its_bound(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache", max_bytes=250)
+    entries = [_put(cache, bytes([n]) * 100) for n in range(4)]  # 400 bytes
+    # last used: entry 2 longest ago, then 0, then 3, then 1 (times set, not slept for)
+    for order, index in enumerate((2, 0, 3, 1)):
+        entry = cache.root / entries[index][:2] / entries[index]
+        os.utime(entry, ns=(1_000_000_000 * (order + 1),) * 2)
+
+    removed = cache.evict()
+
+    assert removed == [entries[2], entries[0]]
+    assert cache.size() == 200
+    assert [cache.has(e, 100) for e in entries] == [False, True, False, True]
+
+
+def test_a_use_makes_an_entry_recent(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache", max_bytes=100)
+    old, new = _put(cache, b"a" * 100), _put(cache, b"b" * 100)
+    os.utime(cache.root / old[:2] / old, ns=(1, 1))
+    os.utime(cache.root / new[:2] / new, ns=(2, 2))
+    assert _copy(cache, old, 100, tmp_path) == (True, b"a" * 100)  # used now: the other is the oldest
+    assert cache.evict() == [new]
+
+
+def test_bytes_that_do_not_hash_to_their_name_never_enter_the_cache(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache")
+    digest = hashlib.sha256(b"expected").hexdigest()
+    with pytest.raises(CacheMismatch), cache.store(digest, 8) as writer:
+        writer.write(b"imposter")
+    assert not cache.has(digest, 8)
+    assert list((cache.root / "tmp").iterdir()) == []
+
+
+def test_an_entry_changed_on_disk_is_dropped_when_used_not_copied(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache")
+    digest = _put(cache, b"the real bytes")
+    (cache.root / digest[:2] / digest).write_bytes(b"the fake bytes")
+    ok, _ = _copy(cache, digest, 14, tmp_path)
+    assert ok is False
+    assert not cache.has(digest, 14)
+
+
+def test_a_link_in_the_cache_is_not_followed(tmp_path: Path) -> None:
+    cache = FileCache(tmp_path / "cache")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"outside")
+    digest = hashlib.sha256(b"outside").hexdigest()
+    (cache.root / digest[:2]).mkdir()
+    (cache.root / digest[:2] / digest).symlink_to(secret)
+    assert _copy(cache, digest, 7, tmp_path)[0] is False
+
+
+def test_the_walk_refuses_links_special_files_and_other_users_entries_and_can_list_them(tmp_path: Path) -> None:
+    root = tmp_path / "dir"
+    (root / "a/b").mkdir(parents=True)
+    (root / "a/b/file").write_bytes(b"x")
+    (root / "a/link").symlink_to(tmp_path)
+    os.mkfifo(root / "a/b/pipe")
+    (root / "theirs").write_bytes(b"y")
+    os.chown(root / "theirs", 4242, 4242)  # the tests run as root
+    fd = open_folder(str(root))
+    try:
+        with pytest.raises(UnsafeFolder):
+            scan(fd)
+        found: list[UnsafeFolder] = []
+        files = scan(fd, unsafe=found)
+    finally:
+        os.close(fd)
+    assert set(files) == {"a/b/file"}
+    assert {(p.code, p.path) for p in found} == {
+        ("sync_link", "a/link"),
+        ("sync_special_file", "a/b/pipe"),
+        ("sync_foreign_owner", "theirs"),
+    }
+
+
+def test_exchange_swaps_two_folders_in_one_step(tmp_path: Path) -> None:
+    (tmp_path / "live").mkdir()
+    (tmp_path / "live/release").write_text("old")
+    (tmp_path / "staging").mkdir()
+    (tmp_path / "staging/release").write_text("new")
+    fd = open_folder(str(tmp_path))
+    try:
+        swapped = exchange("staging", fd, "live", fd)
+    finally:
+        os.close(fd)
+    assert swapped is True  # Linux with renameat2 (the CI's and this machine's); else sync renames aside
+    assert (tmp_path / "live/release").read_text() == "new"
+    assert (tmp_path / "staging/release").read_text() == "old"
+
+
+def test_the_progress_bar_follows_the_installations(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from packyard_cli.commands.sync import _TerminalProgress
+
+    screen = io.StringIO()
+    ctx = SimpleNamespace(err=Console(file=screen, force_terminal=True, width=80))
+    with _TerminalProgress(ctx) as progress:  # type: ignore[arg-type]
+        progress({"event": "start", "installations": 2})
+        progress({"event": "installation", "installation": "weather", "index": 0})
+        progress({"event": "step", "installation": "weather", "step": "download"})
+        progress({"event": "done"})
+    assert "2/2" in screen.getvalue()
+    assert "weather: download" in screen.getvalue()
