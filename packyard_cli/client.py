@@ -222,6 +222,18 @@ class Client:
         finally:
             response.close()
 
+    def fetch(self, path: str) -> requests.Response:
+        """GET an API path for its raw bytes, a redirect not followed (its target, a presigned URL, must not get the
+        bearer token: read it with :meth:`download`); an error status raises :class:`ApiError`."""
+        headers = {"Accept": "application/octet-stream, application/json"}
+        token = self.token()
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        response = self._send("GET", f"{self.endpoint}{path}", headers=headers, allow_redirects=False)
+        if response.status_code >= 400:
+            raise ApiError(response)
+        return response
+
     def _send(self, method: str, url: str, *, rewind: Any = None, **kwargs: Any) -> requests.Response:
         last_error: Exception | None = None
         for attempt in range(1, self.attempts + 1):

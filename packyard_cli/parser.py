@@ -28,6 +28,7 @@ from packyard_cli.arguments import (
     workspace_id,
 )
 from packyard_cli.commands.context import Context
+from packyard_cli.commands.files import cmd_cat
 from packyard_cli.commands.installations import (
     cmd_approvals,
     cmd_approve,
@@ -358,6 +359,11 @@ def _publishing_commands(command: AddCommand) -> None:
     pull = command("pull", "download a release's archive and verify its sha256 against the release", cmd_pull)
     pull.add_argument("release", type=release_ref, metavar="PACKAGE[@VERSION]", help="a bare name: the newest")
     pull.add_argument("--out", help="file, or folder (ending in /), to write (default: ./PACKAGE-VERSION.tar.gz)")
+
+    cat = command("cat", "print one file of a release, or of an installation's active release, verified", cmd_cat)
+    cat.add_argument("target", metavar="PACKAGE@VERSION|INSTALLATION", help="a release, or an installation with -w")
+    cat.add_argument("path", metavar="PATH", help="the file's path in the release, e.g. src/main.py")
+    cat.add_argument("--workspace", "-w", type=workspace_id, help="read an installation of this workspace")
 
     cat = command("cat", "print one file of a release, or of an installation's active release, verified", cmd_cat)
     cat.add_argument("target", metavar="PACKAGE@VERSION|INSTALLATION", help="a release, or an installation with -w")

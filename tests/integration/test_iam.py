@@ -416,6 +416,30 @@ def manifest_reads(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) 
     assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/m-planned"), 200)["status"] == "needs_attention"
 
 
+def file_reads(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
+    """One file of a release and of an installation (packed, and a large file's own object); a pack altered in
+    storage marks its release (the scrub's writes); a release without a pack is read from its archive."""
+    ws = "ws-iam-files"
+    big = bytes(range(256)) * (4 * 4096 + 1)  # just over 4 MiB: its own object, answered by a redirect
+    built = build_from_files({"SKILL.md": b"files\n", "big.bin": big})
+    assert acme.publish("filed", "1.0.0", built)["state"] == "published"
+    assert acme.wait_settled(ws, acme.install(ws, "filed", "filed", "1.0.0", key="k-filed"))["outcome"] == {
+        "result": "succeeded"
+    }
+    assert acme.get("/v1/packages/filed/versions/1.0.0/files/SKILL.md").status == 200
+    assert acme.get(f"/v1/workspaces/{ws}/installations/filed/files/big.bin").status == 307
+    s3 = boto3.client("s3", region_name=stack.region)
+    pack = f"files/{TENANT}/{built.archive_sha256}/pack"
+    s3.delete_object(Bucket=stack.bucket_name, Key=pack)
+    from packyard.publishing import files
+
+    files.forget_cached()
+    assert acme.get("/v1/packages/filed/versions/1.0.0/files/SKILL.md").status == 200  # from the archive
+    s3.put_object(Bucket=stack.bucket_name, Key=pack, Body=b"not a pack")
+    files.forget_cached()
+    assert acme.get("/v1/packages/filed/versions/1.0.0/files/SKILL.md").code == "release_unavailable"
+
+
 JOURNEYS: list[Callable[[devstack.Stack, Caller, pytest.MonkeyPatch], None]] = [
     publishing,
     installations,
@@ -424,6 +448,7 @@ JOURNEYS: list[Callable[[devstack.Stack, Caller, pytest.MonkeyPatch], None]] = [
     sweeps,
     scrub,
     manifest_reads,
+    file_reads,
 ]
 
 

@@ -141,3 +141,43 @@ def test_create_upload_crash_leaves_no_reservation_without_a_session(acme, stack
     ddb = boto3.client("dynamodb", region_name=stack.region)
     sessions = [i for i in ddb.scan(TableName=stack.table_name)["Items"] if i["sk"]["S"] == "UPLOAD"]
     assert used_bytes(stack, "t-acme") == sum(int(i["reservedBytes"]["N"]) for i in sessions)
+
+
+def test_the_file_pack_is_complete_whatever_call_the_publish_crashed_at(acme, stack, no_executions, monkeypatch):
+    """Issue 22, item 1: the file pack (and a large file's own object) is written with the archive blob; a crash at
+    any call of Publish, then its retry, leaves a pack from which every file reads byte-identical, and nothing under
+    files/ but the objects of published archives."""
+    from packyard.publishing import file_pack, files
+
+    monkeypatch.setattr(file_pack, "INLINE_MAX_BYTES", 64)  # a large file without megabytes of test data
+    published: dict[str, dict[str, bytes]] = {}
+    for k in range(1, MAX_CALLS):
+        version = f"5.0.{k}"
+        content = {"SKILL.md": f"pack {k}\n".encode(), "data/large.bin": f"{k:08d}".encode() * 16}
+        built = build_from_files(content)
+        upload_id = _verifying_upload(acme, version, built)
+        event = _state_input(acme, upload_id, stack)
+        event["verify"] = _task(stack, "VerifyFunction", event)
+
+        with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
+            _task(stack, "PublishFunction", event)
+        _task(stack, "PublishFunction", event)
+
+        published[built.archive_sha256] = content
+        files.forget_cached()
+        for path, data in content.items():
+            found = files.release_file("t-acme", "crashy", version, path)
+            got = found.content if found.content is not None else _fetch(found.url)
+            assert got == data, (k, path)
+        derived = {key.split("/")[2] for key in all_keys(stack, "files/t-acme/")}
+        assert derived == set(published)
+        if not plan.crashed:
+            break
+    assert k > 5
+
+
+def _fetch(url: str | None) -> bytes:
+    import requests
+
+    assert url is not None
+    return requests.get(url, timeout=30).content

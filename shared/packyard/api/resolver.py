@@ -28,6 +28,8 @@ from packyard.observability import logger
 PROBLEM_JSON = "application/problem+json"
 # C0 controls, DEL and C1 controls (after percent-decoding)
 _CONTROL_CHARACTER = re.compile("[\x00-\x1f\x7f-\x9f]")
+# the one path parameter that may hold slashes (a file's path in a release), always a route's last segment
+GREEDY_PARAMETER = "file_path"
 
 
 def problem_response(error: PackyardError, headers: dict[str, str] | None = None) -> Response[str]:
@@ -70,6 +72,16 @@ class Resolver(APIGatewayHttpResolver):
     resolver in the process. On Lambda one process serves one invocation at a time, but the local stack serves
     concurrent requests in one process (each with its own handler module): there two requests read each other's
     event, body included. Set on the instance first, the event shadows the class attribute for this resolver."""
+
+    @staticmethod
+    def _compile_regex(rule: str, base_regex: str = "^{}$") -> re.Pattern[str]:
+        """A route ending in ``<file_path>`` takes the rest of the path there, slashes included (the template's
+        ``{path+}``, a greedy parameter); every other parameter is one segment, as Powertools matches it."""
+        compiled: re.Pattern[str] = APIGatewayHttpResolver._compile_regex(rule, base_regex)
+        if not rule.endswith(f"/<{GREEDY_PARAMETER}>"):
+            return compiled
+        start = compiled.pattern.rindex(f"(?P<{GREEDY_PARAMETER}>")
+        return re.compile(compiled.pattern[:start] + f"(?P<{GREEDY_PARAMETER}>.+)$")
 
     def resolve(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         # as Powertools builds it (with this resolver's strict JSON deserializer)

@@ -29,6 +29,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from packyard.config import limits
 from packyard.maintenance import jobs
 from packyard.observability import logger, metrics
+from packyard.publishing import file_pack
 from packyard.publishing.models import Release
 from packyard.store import blobs, reclaims
 from packyard.store.records import BlobRecord
@@ -50,6 +51,9 @@ def reclaim_blob(blob: BlobRecord, now: int) -> str:
     if not reclaims.claim_blob(blob, now=now, until=until):
         return "kept"  # a publish took a reference (or another sweep holds the claim): nothing to do
     blobs.delete(blobs.blob_key(blob.tenant, blob.sha256))
+    # an archive's file pack (and its large files) goes with it; a crash here leaves the claim, and the next sweep
+    # deletes again (deleting what is gone succeeds)
+    file_pack.delete_file_pack(blob.tenant, blob.sha256)
     claimed = blob.model_copy(update={"reclaiming": blob.generation, "reclaim_until": until})
     if not reclaims.finish_reclaim(claimed, now, tombstone_until=now + limits().orphan_tombstone_seconds):
         return "raced"

@@ -13,7 +13,8 @@ from packyard.config import limits
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost, TransientStoreError, VersionExists
 from packyard.maintenance import jobs, scrub
 from packyard.observability import logger, metrics, tracer
-from packyard.publishing.manifest import parse_manifest, unpacked_size
+from packyard.publishing import file_pack
+from packyard.publishing.manifest import Manifest, parse_manifest, unpacked_size
 from packyard.publishing.models import ArchiveSource, Release, ReleaseStatus, Upload, UploadState
 from packyard.publishing.signing import Attested, attest
 from packyard.publishing.uploads import retained_until
@@ -69,7 +70,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
         _store_blobs(
             upload,
             verified,
-            manifest_bytes,
+            (manifest_bytes, manifest),
             {*new_blobs, *(k.sha256 for k in known_blobs if k.orphan)},
             replace=replaced,
         )
@@ -207,14 +208,22 @@ def _manifest_bytes(upload: Upload) -> bytes:
 
 
 def _store_blobs(
-    upload: Upload, verified: dict[str, Any], manifest_bytes: bytes, wanted: set[str], *, replace: set[str]
+    upload: Upload,
+    verified: dict[str, Any],
+    manifest: tuple[bytes, Manifest],
+    wanted: set[str],
+    *,
+    replace: set[str],
 ) -> None:
     """Content-addressed objects for the ``wanted`` blobs (records absent or orphan): the manifest, and the archive
-    copied from staging (an upload that reused a stored archive cannot bring it back once reclaimed). Blobs in
-    ``replace`` (found missing or corrupt, or of a release being healed) are written over whatever is stored: the
-    bytes written are the ones verified (the manifest re-hashed, the archive an ETag-pinned, checksummed copy), so
-    a crash between two writes leaves each object either as it was or right."""
+    copied from staging (an upload that reused a stored archive cannot bring it back once reclaimed), then the
+    archive's file pack (``file_pack``: written with the archive, deleted with it). Blobs in ``replace`` (found
+    missing or corrupt, or of a release being healed) are written over whatever is stored, their pack too: the
+    bytes written are the ones verified (the manifest re-hashed, the archive an ETag-pinned, checksummed copy, the
+    pack's files re-hashed against the manifest), so a crash between two writes leaves each object either as it
+    was or right, and the retry writes what is missing."""
     tenant = upload.tenant
+    manifest_bytes, parsed = manifest
     if upload.manifest_digest in replace:
         blobs.put_bytes(blobs.blob_key(tenant, upload.manifest_digest), manifest_bytes, upload.manifest_digest)
     elif upload.manifest_digest in wanted:
@@ -224,12 +233,13 @@ def _store_blobs(
     if upload.archive_sha256 not in wanted and upload.archive_sha256 not in replace:
         return
     target = blobs.blob_key(tenant, upload.archive_sha256)
-    if upload.archive_sha256 not in replace and blobs.head(target) is not None:
-        return
-    if upload.source is not ArchiveSource.UPLOAD:
-        raise ArchiveRejected(
-            ArchiveRejectCode.MISSING_FILE,
-            "the stored archive this upload reuses was reclaimed or failed an integrity check: upload it again",
-        )
-    staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
-    blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)
+    replacing = upload.archive_sha256 in replace
+    if replacing or blobs.head(target) is None:
+        if upload.source is not ArchiveSource.UPLOAD:
+            raise ArchiveRejected(
+                ArchiveRejectCode.MISSING_FILE,
+                "the stored archive this upload reuses was reclaimed or failed an integrity check: upload it again",
+            )
+        staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
+        blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)
+    file_pack.write_file_pack(tenant, upload.archive_sha256, parsed, replace=replacing)
