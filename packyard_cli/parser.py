@@ -100,7 +100,8 @@ exit codes:
   6 not found (404)   7 unauthorized (401/403: no or a refused token, or a missing scope)
 
 where the API is: --endpoint, else $PACKYARD_ENDPOINT, else the profile's endpoint, else the running local stack.
-the token: --token, else $PACKYARD_TOKEN, else the profile's token_command, else (local stack) one minted locally.
+the token: --token, else $PACKYARD_TOKEN, else the profile's token_command, else its packyard login token, else
+(local stack) one minted locally.
 profiles: [profiles.NAME] tables in $PACKYARD_CONFIG_FILE or ~/.config/packyard/config.toml (packyard profiles).
 """
 
@@ -177,7 +178,8 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group.add_argument(
         "--token",
         default=default(None),
-        help="bearer token (default: $PACKYARD_TOKEN, the profile's token_command; locally: minted)",
+        help="bearer token (default: $PACKYARD_TOKEN, the profile's token_command or packyard login; locally: "
+        "minted)",
     )
     group.add_argument(
         "--profile", default=default(None), help="a profile of the config file (default: $PACKYARD_PROFILE or default)"

@@ -50,14 +50,15 @@ def _client_id(ctx: Context, args: argparse.Namespace, issuer: str) -> str:
 def _scopes(ctx: Context, args: argparse.Namespace) -> list[str]:
     from packyard_cli.tokens import ALL_SCOPES
 
+    """--scope, else the profile's scopes, exactly as given (Cognito refuses a scope it does not know, such as
+    offline_access); else every Packyard scope, and for a person openid offline_access (Okta, Auth0 and Entra ID
+    issue a refresh token only for offline_access)."""
     asked = [s for value in args.scope or [] for s in value.split()]
     if not asked and ctx.profile.scopes:
         asked = ctx.profile.scopes.split()
-    if not asked:
-        asked = list(ALL_SCOPES)
-    if not args.client_credentials:
-        asked = [*(s for s in PERSON_SCOPES if s not in asked), *asked]
-    return asked
+    if asked:
+        return asked
+    return list(ALL_SCOPES) if args.client_credentials else [*PERSON_SCOPES, *ALL_SCOPES]
 
 
 def cmd_login(ctx: Context, args: argparse.Namespace) -> int:
