@@ -47,6 +47,7 @@ from packyard_cli.commands.login import cmd_login, cmd_logout
 from packyard_cli.commands.maintenance import cmd_sweep, cmd_usage, cmd_whoami
 from packyard_cli.commands.publishing import cmd_build, cmd_publish, cmd_pull, cmd_releases, cmd_yank
 from packyard_cli.commands.setup import cmd_completion, cmd_init, cmd_profiles
+from packyard_cli.commands.signing import add_signing_commands
 from packyard_cli.commands.sync import byte_size, cmd_sync
 from packyard_cli.completion import SHELLS
 from packyard_cli.output import FORMATS
@@ -98,6 +99,7 @@ exit codes:
   0 ok   1 error   2 usage (bad arguments or local input)   3 refused (the service said no; retrying will not help)
   4 conflict (409/412/428: the state moved; re-read, then decide)   5 unavailable (transient: retry the same command)
   6 not found (404)   7 unauthorized (401/403: no or a refused token, or a missing scope)
+  verify: 10 tampered envelope   11 wrong key   12 unknown key id   13 subject mismatch
 
 where the API is: --endpoint, else $PACKYARD_ENDPOINT, else the profile's endpoint, else the running local stack.
 the token: --token, else $PACKYARD_TOKEN, else the profile's token_command, else its packyard login token, else
@@ -154,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _local_commands(command)
     _publishing_commands(command)
+    add_signing_commands(command)
     _installation_commands(command)
     _setup_commands(command)
     return parser

@@ -17,10 +17,11 @@ from packyard.api.publishing_responses import (
 )
 from packyard.api.resolver import build_resolver, serve
 from packyard.api.routes import Cursor, PageSize, contract
+from packyard.api.signing_responses import DsseEnvelopeView, SigningKeySetView
 from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound, ReleaseUnavailable, StoredItemInvalid
 from packyard.observability import HTTP_CORRELATION, lambda_entry
-from packyard.publishing import catalog
+from packyard.publishing import catalog, signing
 
 app = build_resolver()
 
@@ -95,6 +96,42 @@ def get_version(package: Annotated[str, Path()], version: Annotated[str, Path()]
 )
 def get_archive(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> ArchiveLinkView:
     return ArchiveLinkView.of_link(catalog.archive_link(authorize(app).tenant, package, version))
+
+
+@app.get(
+    "/v1/packages/<package>/versions/<version>/attestation",
+    operation_id="getReleaseAttestation",
+    summary="Get the signed statement of a release",
+    description=(
+        "The release's DSSE envelope: an in-toto Statement v1 naming the archive and the manifest by sha256, with "
+        "tenant, package, version, publisher and time, signed by the key its keyid names in GET /v1/signing-keys. "
+        "Verify it offline (packyard verify); yanked and unavailable releases keep theirs."
+    ),
+    tags=["signing"],
+    **contract(
+        Permission.READ_PACKAGES,
+        {200: ("The release's DSSE envelope", DsseEnvelopeView)},
+        (*READ_ERRORS, ReleaseUnavailable, StoredItemInvalid),
+    ),
+)
+def get_attestation(package: Annotated[str, Path()], version: Annotated[str, Path()]) -> DsseEnvelopeView:
+    return DsseEnvelopeView.of(signing.release_envelope(authorize(app).tenant, package, version))
+
+
+@app.get(
+    "/v1/signing-keys",
+    operation_id="listSigningKeys",
+    summary="List the public keys that sign releases",
+    description=(
+        "A JWK Set (RFC 7517) of every key that ever signed a release, the current one and the rotated-out ones, "
+        "each with its kid (RFC 7638 thumbprint). Pin it (packyard keys pin) to verify releases offline."
+    ),
+    tags=["signing"],
+    **contract(Permission.READ_PACKAGES, {200: ("The signing keys as a JWK Set", SigningKeySetView)}, ()),
+)
+def list_signing_keys() -> SigningKeySetView:
+    authorize(app)
+    return SigningKeySetView.of(signing.published_keys())
 
 
 @lambda_entry(HTTP_CORRELATION, settings=("table_name", "bucket_name"))

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from packyard.api.base import ApiModel as ApiModel
 from packyard.api.base import ReleaseArchive as ReleaseArchive
+from packyard.api.signing_responses import AttestationLinkView
 from packyard.api.times import Timestamp
 
 # Domain types
@@ -172,6 +173,9 @@ class ReleaseView(ApiModel):
     published_at: Timestamp = Field(alias="publishedAt", description="RFC 3339 UTC")
     yanked_at: Timestamp | None = Field(None, alias="yankedAt", description="when yanked, RFC 3339 UTC")
     published_by: str | None = Field(None, alias="publishedBy", description="the subject who published it")
+    attestation: AttestationLinkView | None = Field(
+        None, description="the release's signed statement (absent for releases published before signing)"
+    )
 
     @classmethod
     def _fields(cls, release: Release) -> dict[str, Any]:
@@ -188,6 +192,9 @@ class ReleaseView(ApiModel):
             "published_at": release.published_at,
             "yanked_at": release.yanked_at,
             "published_by": release.published_by,
+            "attestation": AttestationLinkView.of(release.package, release.version, release.attestation)
+            if release.attestation
+            else None,
         }
 
     @classmethod

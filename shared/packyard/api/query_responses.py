@@ -64,6 +64,10 @@ class ResolvedInstallationView(ApiModel):
     grants: list[GrantView]
     grant_generation: int = Field(alias="grantGeneration")
     config: dict[str, Any] = Field(description="free-form configuration given at install")
+    attestation: str = Field(
+        description="GET this for the release's DSSE envelope (404 for a release published before signing); verify "
+        "it offline against the pinned GET /v1/signing-keys"
+    )
 
     @classmethod
     def of(cls, inst: Installation, archive_url: str, manifest_url: str) -> Self:
@@ -83,6 +87,9 @@ class ResolvedInstallationView(ApiModel):
             grants=[GrantView.of(g) for g in inst.grants],
             grant_generation=inst.grant_generation,
             config=inst.config,
+            # getReleaseAttestation's path (signing_responses.attestation_path; not imported: the release side's
+            # models stay out of this function's cold start)
+            attestation=f"/v1/packages/{release.package}/versions/{release.version}/attestation",
         )
 
 

@@ -16,11 +16,11 @@ import threading
 from dataclasses import dataclass
 
 from packyard import clock
-from packyard.errors import StoredItemInvalid, StoreFailure
+from packyard.errors import NotFound, ReleaseUnavailable, StoredItemInvalid, StoreFailure
 from packyard.publishing import attestation
-from packyard.publishing.attestation import EnvelopeDamaged, ReleaseClaim
-from packyard.publishing.models import AttestationRef, SigningKey, Upload
-from packyard.store import signing
+from packyard.publishing.attestation import Envelope, EnvelopeDamaged, ReleaseClaim
+from packyard.publishing.models import AttestationRef, SigningKey, Upload, check_package_name, check_version
+from packyard.store import catalog, signing
 
 _known_keys: dict[str, str] = {}
 """key ARN → kid of the keys this process has seen recorded (a key's public part never changes)."""
@@ -130,3 +130,27 @@ def _stored_attestation(upload: Upload, raw: bytes) -> Attested:
     except ValueError as bad:
         raise StoredItemInvalid(f"the stored envelope of upload {upload.upload_id} has no valid time") from bad
     return _attested(raw, claim, published_at)
+
+
+# ---- reads: a release's envelope, the keys ----------------------------------------------------------------------
+
+
+def release_envelope(tenant: str, package: str, version: str) -> Envelope:
+    """The release's DSSE envelope as stored, checked against the sha256 its release recorded. Served for yanked
+    and unavailable releases too: it states what was published, and a runtime that holds the bytes verifies them."""
+    release = catalog.get_release(tenant, check_package_name(package), check_version(version))
+    if release.attestation is None:
+        raise NotFound(f"{package}@{version} was published before releases were signed: it has no attestation")
+    object_key = signing.envelope_key(tenant, release.package, release.version, release.upload_id)
+    raw = signing.read_envelope(object_key, at_most=attestation.MAX_ENVELOPE_BYTES)
+    if raw is None or hashlib.sha256(raw).hexdigest() != release.attestation.sha256:
+        raise ReleaseUnavailable(f"the attestation of {package}@{version} is missing or altered in storage")
+    try:
+        return attestation.parse_envelope(raw)
+    except EnvelopeDamaged as damaged:  # the bytes are the ones recorded: this code wrote something it cannot read
+        raise StoredItemInvalid(f"the stored envelope of {package}@{version} is damaged: {damaged}") from damaged
+
+
+def published_keys() -> list[SigningKey]:
+    """Every key that signed a release: the one signing now and every one rotated out since."""
+    return signing.list_keys()
