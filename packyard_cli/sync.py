@@ -292,6 +292,34 @@ class _Installer:
     client: Client
     result: SyncResult
     progress: Progress
+    keys: Any = None  # a pinned packyard_cli.attestations.KeySet: every release's envelope is checked before use
+
+    def verify_signature(self, release: ReleaseRef) -> None:
+        """The release's DSSE envelope verifies against the pinned keys, states this package and version, and
+        names the archive and manifest digests of the resolved view (which the source then checks the bytes
+        against): else :class:`SyncError` with the refusal's code, and nothing of this release is written."""
+        if self.keys is None:
+            return
+        from packyard_cli import attestations
+
+        path = str(
+            release.item.get("attestation")
+            or f"/v1/packages/{segment(release.package)}/versions/{segment(release.version)}/attestation"
+        )
+        body = self.client.request("GET", path).body
+        raw = json.dumps(body).encode() if isinstance(body, dict) else str(body or "").encode()
+        try:
+            verified = attestations.verify_envelope(raw, self.keys, package=release.package, version=release.version)
+            attestations.check_subjects(
+                verified, archive_sha256=release.archive_sha256, manifest_sha256=release.manifest_digest
+            )
+        except attestations.VerificationRefused as refused:
+            raise SyncError(
+                f"the signature of {release.label} is refused",
+                code=refused.code,
+                detail=f"{refused.reason}. Nothing of this release was written.",
+                exit_code=refused.exit_code,
+            ) from None
 
     def manifest(self, release: ReleaseRef) -> Any:
         data = self.place.manifest_bytes(release.manifest_digest)
@@ -305,6 +333,7 @@ class _Installer:
         return data
 
     def install(self, release: ReleaseRef) -> None:
+        self.verify_signature(release)
         data = self.manifest(release)
         manifest = _manifest_of(data)
         self._fill_cache(release, manifest)
@@ -456,11 +485,14 @@ def sync_workspace(
     source: FileSource | None = None,
     disk: Disk | None = None,
     progress: Progress | None = None,
+    keys: Any = None,
 ) -> SyncResult:
     """Make ``directory`` hold exactly the workspace's resolved view, one folder per installation; return what
     changed. Raises :class:`SyncError` (with a ``code``) and leaves every complete folder as it was on a link, a
     special file or an entry of another user in ``directory``, a full disk, or bytes that are not the ones the
-    resolved view names. ``endpoint`` and ``token`` default to ``$PACKYARD_ENDPOINT`` and ``$PACKYARD_TOKEN``."""
+    resolved view names. ``endpoint`` and ``token`` default to ``$PACKYARD_ENDPOINT`` and ``$PACKYARD_TOKEN``.
+    ``keys`` (a pinned key set, :func:`packyard_cli.attestations.load_key_set`): each release sync writes must carry
+    a signed statement those keys verify, naming its archive and manifest (refused with the refusal's code)."""
     target = os.fspath(directory)
     api = _client(client, endpoint, token)
     disk = disk or Disk()
@@ -471,7 +503,7 @@ def sync_workspace(
     releases = read_resolved(api, workspace)
     try:
         with _held_folder(target, disk) as place:
-            installer = _Installer(place, cache, source, api, result, notify)
+            installer = _Installer(place, cache, source, api, result, notify, keys)
             tree = _by_installation(scan(place.root_fd))  # refuses links, special files, other owners first
             place.clear_leftovers()
             wanted = {r.installation_id for r in releases}

@@ -85,7 +85,7 @@ def cmd_sync(ctx: Context, args: argparse.Namespace) -> int:
             render=lambda: _render_check(ctx, body),
         )
         return EXIT_OK if checked.clean else EXIT_CONFLICT
-    options: dict[str, Any] = {"client": ctx.client, "cache_dir": args.cache}
+    options: dict[str, Any] = {"client": ctx.client, "cache_dir": args.cache, "keys": pinned_keys(ctx, args)}
     if args.cache_size is not None:
         options["cache_max_bytes"] = args.cache_size
     if ctx.json or not ctx.err.is_terminal:
@@ -96,6 +96,26 @@ def cmd_sync(ctx: Context, args: argparse.Namespace) -> int:
     body = result.as_json()
     ctx.show(body, items=[body], columns=SYNC_COLUMNS, render=lambda: _render_sync(ctx, body))
     return EXIT_OK
+
+
+def pinned_keys(ctx: Context, args: argparse.Namespace) -> Any:
+    """``--keys FILE``, else the profile's pinned key set (``packyard keys pin``), else None: then releases are
+    written unverified, and stderr says so."""
+    from pathlib import Path
+
+    from packyard_cli import attestations
+    from packyard_cli.commands.signing import pinned_keys_path
+
+    path = Path(args.keys) if args.keys else pinned_keys_path(ctx.profile.name)
+    if not path.is_file():
+        if args.keys:
+            raise CliError(f"no key set at {path}", detail="--keys takes a JWK Set file", exit_code=EXIT_USAGE)
+        ctx.warn(f"no pinned signing keys ({path}): signatures are not checked; pin them with packyard keys pin")
+        return None
+    try:
+        return attestations.load_key_set(path.read_bytes())
+    except attestations.KeySetInvalid as invalid:
+        raise CliError(f"{path} is not a JWK Set", detail=str(invalid), exit_code=EXIT_USAGE) from invalid
 
 
 def _render_sync(ctx: Context, body: dict[str, Any]) -> None:

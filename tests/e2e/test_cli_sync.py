@@ -446,3 +446,45 @@ def test_the_readme_runtime_example_runs_and_reports_what_changed(
     second = run()
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines() == ["unload notes"]
+
+
+def test_with_pinned_keys_every_release_is_verified_and_one_signed_by_an_unpinned_key_is_refused(
+    cli: Cli, contents: dict[str, dict[str, bytes]], ws: str, tmp_path: Path, cache: Path
+) -> None:
+    pinned = tmp_path / "keys.json"
+    pin = cli("keys", "pin", "--out", str(pinned))
+    assert pin.code == 0, pin.output
+    target = tmp_path / "skills"
+
+    # Given the service's keys pinned: each release's envelope verifies, and the folders are written
+    verified = sync(cli, ws, target, cache, "--keys", str(pinned))
+    assert verified.code == 0, verified.output
+    assert "signatures are not checked" not in verified.stderr
+    assert_holds(target, {"weather": contents["weather@1.0.0"], "notes": contents["notes@1.0.0"]})
+
+    # When weather moves on and the pinned set holds none of the service's keys (pinned before a rotation)
+    assert cli("update", "weather@1.1.0", "--workspace", ws).code == 0
+    other = json.loads(pinned.read_text())
+    for key in other["keys"]:
+        key["kid"] = "not-" + key["kid"]
+    stale = tmp_path / "stale.json"
+    stale.write_text(json.dumps(other))
+    refused = sync(cli, ws, target, cache, "--keys", str(stale))
+
+    # Then the new release is refused with the reason, nothing of it is written, the last complete state stays
+    assert refused.code == 12, refused.output
+    assert json.loads(refused.stdout)["code"] == "unknown_key_id"
+    assert_holds(target, {"weather": contents["weather@1.0.0"], "notes": contents["notes@1.0.0"]})
+
+    # a key set whose entry is another key under the right kid: wrong_key
+    wrong = json.loads(pinned.read_text())
+    for key in wrong["keys"]:
+        key["x"], key["y"] = key["y"], key["x"]
+    (tmp_path / "wrong.json").write_text(json.dumps(wrong))
+    mismatched = sync(cli, ws, target, cache, "--keys", str(tmp_path / "wrong.json"))
+    assert mismatched.code == 11, mismatched.output
+    assert json.loads(mismatched.stdout)["code"] == "wrong_key"
+
+    # and with the right keys the update goes through
+    assert sync(cli, ws, target, cache, "--keys", str(pinned)).code == 0
+    assert_holds(target, {"weather": contents["weather@1.1.0"], "notes": contents["notes@1.0.0"]})
