@@ -41,7 +41,6 @@ from packyard_cli.commands.installations import (
     cmd_uninstall,
     cmd_update,
 )
-from packyard_cli.commands.files import cmd_cat
 from packyard_cli.commands.local import cmd_local, cmd_token
 from packyard_cli.commands.login import cmd_login, cmd_logout
 from packyard_cli.commands.maintenance import cmd_sweep, cmd_usage, cmd_whoami
@@ -370,11 +369,6 @@ def _publishing_commands(command: AddCommand) -> None:
     cat.add_argument("path", metavar="PATH", help="the file's path in the release, e.g. src/main.py")
     cat.add_argument("--workspace", "-w", type=workspace_id, help="read an installation of this workspace")
 
-    cat = command("cat", "print one file of a release, or of an installation's active release, verified", cmd_cat)
-    cat.add_argument("target", metavar="PACKAGE@VERSION|INSTALLATION", help="a release, or an installation with -w")
-    cat.add_argument("path", metavar="PATH", help="the file's path in the release, e.g. src/main.py")
-    cat.add_argument("--workspace", "-w", type=workspace_id, help="read an installation of this workspace")
-
     yank = command("yank", "yank a release (its version is never reused)", cmd_yank)
     yank.add_argument("release", type=exact_release, metavar="PACKAGE@VERSION")
 
@@ -446,12 +440,6 @@ def _installation_commands(command: AddCommand) -> None:
         "--cache", metavar="DIR", help="the file cache (default: $PACKYARD_CACHE_DIR or ~/.cache/packyard/files)"
     )
     sync.add_argument("--cache-size", type=byte_size, metavar="SIZE", help="bound of the cache (default: 1G)")
-    sync.add_argument(
-        "--keys",
-        metavar="FILE",
-        help="verify every release's signed statement against this JWK Set before writing it (default: the "
-        "profile's pinned keys, packyard keys pin; none pinned: not checked, a note says so)",
-    )
 
 
 def _setup_commands(command: AddCommand) -> None:
