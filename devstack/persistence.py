@@ -166,6 +166,7 @@ class World:
     items: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # table → key json → item
     objects: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)  # bucket → key → object image
     executions: dict[str, dict[str, Any]] = field(default_factory=dict)  # execution ARN → its record
+    keys: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # "account/region" → its KMS keys' images
     suffix: str | None = None
 
     def apply(self, record: dict[str, Any]) -> None:
@@ -188,6 +189,8 @@ class World:
         elif kind == "sfn":
             execution = record["execution"]
             self.executions.setdefault(execution["arn"], {}).update(execution)
+        elif kind == "kms":
+            self.keys[record["backend"]] = record["keys"]
 
     def records(self) -> Iterator[dict[str, Any]]:
         """The world as journal records: one per table's items (in pages), object and execution."""
@@ -205,6 +208,8 @@ class World:
                 yield {"k": "s3", "bucket": bucket, "objects": [[key, image]]}
         for execution in self.executions.values():
             yield {"k": "sfn", "execution": execution}
+        for backend, keys in self.keys.items():
+            yield {"k": "kms", "backend": backend, "keys": keys}
 
     def blobs(self) -> set[str]:
         return {image["body"] for objects in self.objects.values() for image in objects.values()}
@@ -249,10 +254,12 @@ class DataDir:
         _restore_items(self.world, region, account)
         _restore_objects(self.world, self.path / OBJECTS, account)
         _restore_executions(self.world, region, account)
+        _restore_keys(self.world)
 
     def start_journal(self) -> None:
         """Compact (the world as a new journal, atomically), drop unreferenced bodies, then record every change."""
         journal_path = self.path / JOURNAL
+        self.world.keys = _key_images()  # the KMS keys as they are now: the template's own on a first start
         write_atomically(journal_path, (encode_record(record) for record in self.world.records()))
         referenced = self.world.blobs()
         for body in (self.path / OBJECTS).iterdir():
@@ -375,6 +382,92 @@ def _restore_executions(world: World, region: str, account: str) -> None:
             execution.cause = LOST_EXECUTION_CAUSE
             record.update(status="ABORTED", stopDate=now.isoformat(), error=execution.error, cause=execution.cause)
         machine.executions.append(execution)  # moto's own list of the machine's executions (any kind)
+
+
+def _restore_keys(world: World) -> None:
+    """The journaled KMS keys replace the ones create_stack just made (the template's key, made anew at each start,
+    with its alias): signatures made before the restart verify with the same key id and key after it."""
+    from moto.kms.models import kms_backends
+
+    for name, images in world.keys.items():
+        account, region = name.split("/", 1)
+        backend = kms_backends[account][region]
+        backend.keys = {key.id: key for key in (_key_from_image(image, account, region) for image in images)}
+
+
+def _key_from_image(image: dict[str, Any], account: str, region: str) -> Any:
+    import base64
+
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+    from moto.kms.models import Alias, Key
+
+    alias: Any = Alias
+    new_key: Any = Key
+    key: Any = new_key(
+        image["policy"], image["key_usage"], image["key_spec"], image["description"], account, region,
+        multi_region=image["multi_region"], origin=image["origin"],
+    )  # fmt: skip
+    for name, value in image["attributes"].items():
+        setattr(key, name, value)
+    key.key_material = base64.b64decode(image["key_material"])
+    if image.get("private_key"):
+        key.private_key.private_key = load_pem_private_key(image["private_key"].encode("ascii"), password=None)
+    key.aliases = {name: alias(account, region, name, key) for name in image["aliases"]}
+    return key
+
+
+_KEY_ATTRIBUTES = ("id", "arn", "creation_date", "key_state", "enabled", "key_rotation_status", "key_manager")
+
+
+def _key_image(key: Any) -> dict[str, Any]:
+    import base64
+
+    from cryptography.hazmat.primitives import serialization
+
+    private = getattr(key.private_key, "private_key", None)
+    pem = None
+    if private is not None and hasattr(private, "private_bytes"):
+        pem = private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode("ascii")
+    return {
+        "policy": key.policy,
+        "key_usage": key.key_usage,
+        "key_spec": key.key_spec,
+        "description": key.description,
+        "multi_region": key.multi_region,
+        "origin": key.origin,
+        "attributes": {name: getattr(key, name) for name in _KEY_ATTRIBUTES},
+        "key_material": base64.b64encode(key.key_material).decode("ascii"),
+        "private_key": pem,
+        "aliases": sorted(key.aliases),
+    }
+
+
+def _key_images() -> dict[str, list[dict[str, Any]]]:
+    """Every KMS key moto holds, per "account/region" (a few keys: the whole set is recorded at each change)."""
+    from moto.kms.models import kms_backends
+
+    images: dict[str, list[dict[str, Any]]] = {}
+    for account, regions in list(kms_backends.items()):
+        for region, backend in list(regions.items()):
+            if backend.keys:
+                images[f"{account}/{region}"] = [_key_image(key) for key in list(backend.keys.values())]
+    return images
+
+
+# KMS calls that change keys or aliases (Sign, GetPublicKey, Describe*, List* … change nothing)
+_KEY_CHANGES = ("Create", "Update", "Delete", "Put", "Schedule", "Cancel", "Enable", "Disable", "Tag", "Untag",
+                "Import", "Rotate", "Replicate")  # fmt: skip
+
+
+def record_keys(journal: Journal, world: World) -> None:
+    with _objects_lock:
+        images = _key_images()
+        for backend, keys in images.items():
+            if world.keys.get(backend) != keys:
+                world.keys[backend] = keys
+                journal.append({"k": "kms", "backend": backend, "keys": keys})
 
 
 # ------------------------------------------------------------------ recording changes
@@ -524,12 +617,15 @@ def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         _local.objects = set()
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         try:
             return app(environ, start_response)
         finally:
             journal = data.journal
             if journal is not None:
                 record_objects(journal, data.path / OBJECTS)
+                if target.startswith("TrentService.") and target.partition(".")[2].startswith(_KEY_CHANGES):
+                    record_keys(journal, data.world)
             else:
                 _local.objects = set()
 

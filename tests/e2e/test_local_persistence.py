@@ -94,6 +94,20 @@ def _without_urls(view: Any) -> Any:
     return view
 
 
+def _kms(stack: Stack) -> Any:
+    import boto3
+
+    return boto3.client(
+        "kms", endpoint_url=stack.aws, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+
+
+def _signing_alias(kms: Any) -> str:
+    """The template's KMS alias (release signing): the one alias that is not AWS's own."""
+    (alias,) = [a["AliasName"] for a in kms.list_aliases()["Aliases"] if not a["AliasName"].startswith("alias/aws/")]
+    return str(alias)
+
+
 def _swept(cli: Cli, at: str) -> dict[tuple[str, str], int]:
     swept = cli("sweep", "--at", at, "--output", "json")
     assert swept.code == 0, swept.output
@@ -119,6 +133,10 @@ def test_a_restart_keeps_a_published_installed_and_approved_package(tmp_path: Pa
     assert before is not None and before["status"] == "active", before
     resolved_before = cli("--json", "resolved", ws)
     assert resolved_before.code == 0, resolved_before.output
+    kms = _kms(first)
+    alias = _signing_alias(kms)
+    key_before = kms.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"]
+    signed = kms.sign(KeyId=alias, Message=b"statement", MessageType="RAW", SigningAlgorithm="ECDSA_SHA_256")
 
     # When the stack is killed (SIGKILL) and started again on the same data directory
     _kill(first)
@@ -142,6 +160,17 @@ def test_a_restart_keeps_a_published_installed_and_approved_package(tmp_path: Pa
         # a token minted before the restart still verifies (the signing key is kept)
         me = requests.get(f"{second.api}/v1/me", headers={"Authorization": f"Bearer {token_before}"}, timeout=30)
         assert me.status_code == 200, me.text
+        # the signing key is the same KMS key: same id behind the alias, and it verifies what it signed before
+        kms = _kms(second)
+        assert kms.describe_key(KeyId=alias)["KeyMetadata"]["KeyId"] == key_before
+        verified = kms.verify(
+            KeyId=alias,
+            Message=b"statement",
+            MessageType="RAW",
+            Signature=signed["Signature"],
+            SigningAlgorithm="ECDSA_SHA_256",
+        )
+        assert verified["SignatureValid"] is True
         # the banner says what was loaded
         assert "kept across restarts" in second.log_text()
 
