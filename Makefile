@@ -104,6 +104,7 @@ format: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_verify.py
 	$(BIN)/python benchmarks/bench_publish.py
+	$(BIN)/python benchmarks/bench_files.py
 	$(BIN)/python benchmarks/bench_operations.py
 	$(BIN)/python benchmarks/bench_cold_start.py
 	$(BIN)/python benchmarks/bench_sweeps.py

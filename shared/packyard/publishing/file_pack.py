@@ -159,8 +159,9 @@ def pack_object_keys(tenant: str, archive_sha256: str, index: PackIndex | None) 
     return [*large, file_packs.pack_key(tenant, archive_sha256)]
 
 
-TAIL_READ_BYTES = 64 * 1024
-"""What the first read of a pack's end asks for: the whole index of a package of a few hundred files."""
+TAIL_READ_BYTES = 16 * 1024
+"""What the first read of a pack's end asks for: the whole index of a package of about 300 files (an entry is
+about 50 bytes); a longer index costs a second ranged GET."""
 
 
 def read_index(tenant: str, archive_sha256: str) -> tuple[PackIndex, int] | None:
