@@ -99,7 +99,12 @@ def decide(
         )
         conflict = consent.decide(op, decided, approval)
         if conflict is None:
-            metrics.add_metric(name=f"Consent{request.decision.title()}d", unit=MetricUnit.Count, value=1)
+            # named in full (f"Consent{decision.title()}d" made "ConsentRejectd" of a rejection)
+            metrics.add_metric(
+                name="ConsentApproved" if request.decision == "approve" else "ConsentRejected",
+                unit=MetricUnit.Count,
+                value=1,
+            )
             logger.info("consent decided", extra={"decision": request.decision, "operationId": op.operation_id})
             deliver(approval)
             return approval

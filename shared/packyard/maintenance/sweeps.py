@@ -82,6 +82,8 @@ def sweep(kind: DueKind, shard: int, now: int, cursor: str | None = None) -> Swe
         parked = _parked_total(kind)
         if parked:
             page.counts["parked_total"] += parked
+    # the sweep backlog: what this page found due (the dashboard's "Sweep backlog"; deferred counts what it left)
+    metrics.add_metric(name="SweepItemsDue", unit=MetricUnit.Count, value=len(items))
     for outcome, count in page.counts.items():
         metrics.add_metric(
             name=f"Sweep{kind.title()}{outcome.title().replace('_', '')}", unit=MetricUnit.Count, value=count

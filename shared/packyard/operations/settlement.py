@@ -97,6 +97,8 @@ def settle_task(
         workspace.settle(op, settled, slot=slot, confirm_installation=None, retire=retire, drop_consent_wait=waiting)
     final = settled.outcome or outcome
     metrics.add_metric(name=f"Operations{final.result.title()}", unit=MetricUnit.Count, value=1)
+    if final.code == ConsentExpired.code:
+        metrics.add_metric(name="ConsentExpired", unit=MetricUnit.Count, value=1)  # a consent wait that ran out
     logger.info("operation settled", extra={"outcome": final.result, "code": final.code})
     return {"settled": True, "outcome": final.model_dump(exclude_none=True)}
 
