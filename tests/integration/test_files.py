@@ -237,3 +237,27 @@ def test_stored_bytes_that_differ_are_409_and_mark_the_release(acme, stack, dama
     assert _release_item(stack, "rot", "1.0.0")["status"]["S"] == "unavailable"
     assert _installation_status(acme, "rotting") == "needs_attention"
     assert _get_file(acme, "/v1/packages/rot/versions/1.0.0/files/SKILL.md")["statusCode"] == 409
+
+
+def test_a_reclaimed_archive_takes_its_file_pack_and_large_files_with_it(acme, stack, monkeypatch) -> None:
+    from packyard import clock
+    from tests.support.callers import all_keys
+    from tests.support.sweeping import run_maintenance
+
+    monkeypatch.setattr(file_pack, "INLINE_MAX_BYTES", 64)
+    gone = build_from_files({"SKILL.md": b"gone\n", "large.bin": b"g" * 200})
+    kept = build_from_files({"SKILL.md": b"kept\n", "large.bin": b"k" * 200})
+    _published(acme, "gone", "1.0.0", gone)
+    _published(acme, "kept", "1.0.0", kept)
+    derived = {key.split("/")[2] for key in all_keys(stack, "files/t-acme/")}
+    assert derived == {gone.archive_sha256, kept.archive_sha256}
+    assert len(all_keys(stack, f"files/t-acme/{gone.archive_sha256}/")) == 2  # the pack and the large file
+
+    # When the one release is yanked, nothing holds it, and the sweeps give its blobs back and reclaim them
+    assert acme.delete("/v1/packages/gone/versions/1.0.0").status == 200
+    run_maintenance(stack, clock.now() + 60)
+    run_maintenance(stack, clock.now() + 120)
+
+    # Then its pack and large file are gone with its archive, and the other release's stay and read
+    assert {key.split("/")[2] for key in all_keys(stack, "files/t-acme/")} == {kept.archive_sha256}
+    assert _read(acme, "/v1/packages/kept/versions/1.0.0", "large.bin") == b"k" * 200
