@@ -527,6 +527,7 @@ WORKSPACE_CASES = [
                     ],
                     "grantGeneration": 2,
                     "config": {"greeting": "hi", "nested": {"off": None}},
+                    "attestation": "/v1/packages/hello/versions/1.1.0/attestation",
                 },
                 {
                     "installationId": "hello",
@@ -541,6 +542,7 @@ WORKSPACE_CASES = [
                     "grants": [],
                     "grantGeneration": 0,
                     "config": {},
+                    "attestation": "/v1/packages/hello/versions/1.1.0/attestation",
                 },
             ],
             "expiresAt": "1970-01-01T00:56:40Z",
