@@ -366,3 +366,23 @@ def test_an_expired_refresh_token_says_to_run_packyard_login(short_lived_stack: 
     assert "your sign-in has expired" in result.output
     assert "the refresh token has expired" in result.output and "run packyard login" in result.output
     assert json.loads(cli.cache("person").read_text())["expires_at"] - started < 60  # it was due for renewal
+
+
+def test_an_issuer_without_a_discovery_document_or_out_of_reach_says_what_to_check(
+    signed_out: SignedOutCli, stack: Stack
+) -> None:
+    wrong = signed_out("--profile", "ci", "login", "--client-credentials", "--issuer", f"{stack.api}/not-an-issuer")
+    assert wrong.code == 2, wrong.output
+    assert "is not an OpenID Connect issuer" in wrong.output and "--issuer" in wrong.output
+    gone = signed_out("--profile", "ci", "login", "--client-credentials", "--issuer", "http://127.0.0.1:9/oidc")
+    assert gone.code == 5, gone.output
+    assert "the identity provider is unreachable" in gone.output
+
+
+def test_a_secret_is_never_an_argument(signed_out: SignedOutCli) -> None:
+    missing = signed_out("--profile", "ci", "login", "--client-credentials")  # no $PACKYARD_CLIENT_SECRET
+    assert missing.code == 2, missing.output
+    assert "set $PACKYARD_CLIENT_SECRET" in missing.output
+    argument = signed_out("--profile", "ci", "login", "--client-credentials", "--client-secret", "s3cret")
+    assert argument.code == 2, argument.output  # no such option (and nothing was sent anywhere)
+    assert "s3cret" not in argument.output
