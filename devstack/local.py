@@ -161,6 +161,7 @@ def start(
 
     from devstack import lambdas, persistence, serializable
     from devstack.api import LocalApi
+    from devstack.oidc import issuer_for
     from devstack.openapi import generate
     from devstack.server import LocalApiServer
     from devstack.sfn import (
@@ -255,6 +256,7 @@ def start(
             key,
             openapi=lambda: generate(server_url=api_url),
             log=log,
+            oidc=lambda url: issuer_for(key, url, state_dir=directory, idp=idp),  # packyard login's issuer
         )
         api_thread = threading.Thread(target=api_server.serve_forever, args=(0.1,), name="packyard-api", daemon=True)
         api_thread.start()
@@ -271,6 +273,7 @@ def start(
                 "api": api_url,
                 "aws": aws_url,
                 "issuer": tokens.ISSUER,
+                "oidcIssuer": api_server.oidc.issuer if api_server.oidc is not None else None,
                 "audience": tokens.AUDIENCE,
                 "bucket": stack.bucket_name,
                 "table": stack.table_name,
@@ -378,6 +381,9 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
             f"  HTTP API     [bold]{stack.api_url}[/]   (JWT: RS256, iss {tokens.ISSUER}, aud {tokens.AUDIENCE})\n"
             f"  OpenAPI      {stack.api_url}/openapi.json\n"
             f"  Swagger UI   {stack.api_url}/docs\n"
+            f"  sign in      [bold]{stack.cli_environment()}packyard login[/]   (OpenID Connect issuer "
+            f"{stack.api_url}/oidc; machines: packyard login --client-credentials, secret in "
+            f"{stack.state_dir}/oidc-client-secret)\n"
             f"  AWS (moto)   {stack.aws_url}   (S3, DynamoDB, Step Functions, Lambda; presigned URLs point here)\n"
             f"  table        {stack.stack.table_name}\n"
             f"  bucket       {stack.stack.bucket_name}\n"
