@@ -205,6 +205,8 @@ def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
         "/v1/packages/hello/versions",
         "/v1/packages/hello/versions/1.0.0",
         "/v1/packages/hello/versions/1.0.0/archive",
+        "/v1/packages/hello/versions/1.0.0/attestation",
+        "/v1/signing-keys",
         f"/v1/uploads/{session['uploadId']}",
         "/v1/usage",
     ):
