@@ -163,16 +163,23 @@ build: $(SAM_VENV)/.installed
 	    || echo "make build: some files did not compile to bytecode; those compile at import, as before" >&2; \
 	else echo "make build: no local Python 3.12 to compile bytecode with: the artifact ships source only" >&2; fi
 
-# JWT_ISSUER / JWT_AUDIENCE: your identity provider (e.g. a Cognito user pool); or keep them in samconfig.toml
+# JWT_ISSUER / JWT_AUDIENCE: your identity provider (e.g. a Cognito user pool); or keep them in samconfig.toml.
+# CREATE_USER_POOL=true instead: the stack's own Cognito user pool is the identity provider (MACHINE_TENANT: the
+# tenant of its client-credentials tokens); README, "Sign in with the stack's own user pool"
 JWT_ISSUER ?=
 JWT_AUDIENCE ?=
+CREATE_USER_POOL ?=
+MACHINE_TENANT ?=
+DEPLOY_OVERRIDES = $(strip $(if $(JWT_ISSUER),JwtIssuer=$(JWT_ISSUER) JwtAudience=$(JWT_AUDIENCE)) \
+  $(if $(filter true,$(CREATE_USER_POOL)),CreateUserPool=true $(if $(MACHINE_TENANT),UserPoolMachineTenant=$(MACHINE_TENANT))))
 deploy: build
-	@if [ -z "$(JWT_ISSUER)$(JWT_AUDIENCE)" ] && ! grep -A8 '^\[$(ENV).deploy.parameters\]' samconfig.toml | grep -q JwtIssuer; then \
+	@if [ -z "$(DEPLOY_OVERRIDES)" ] && ! grep -A8 '^\[$(ENV).deploy.parameters\]' samconfig.toml | grep -q -e JwtIssuer -e CreateUserPool=true; then \
 	  echo "make deploy: set JWT_ISSUER and JWT_AUDIENCE (the IdP whose tokens the API accepts), e.g." >&2; \
 	  echo "  make deploy ENV=$(ENV) JWT_ISSUER=https://cognito-idp.<region>.amazonaws.com/<pool> JWT_AUDIENCE=<client id>" >&2; \
+	  echo "  or let the stack create its own user pool: make deploy ENV=$(ENV) CREATE_USER_POOL=true MACHINE_TENANT=<tenant>" >&2; \
 	  echo "  or add them to parameter_overrides in samconfig.toml [$(ENV).deploy.parameters]" >&2; exit 1; fi
 	SAM_CLI_TELEMETRY=0 $(SAM_VENV)/bin/sam deploy --config-env $(ENV) $(SAM_DEPLOY_FLAGS) \
-	  $(if $(JWT_ISSUER),--parameter-overrides Stage=$(ENV) JwtIssuer=$(JWT_ISSUER) JwtAudience=$(JWT_AUDIENCE))
+	  $(if $(DEPLOY_OVERRIDES),--parameter-overrides Stage=$(ENV) $(DEPLOY_OVERRIDES))
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) $(CLIENT_VENV) $(SPECTRAL_DIR)/node_modules .pytest_cache .ruff_cache .mypy_cache .aws-sam .packyard-local
