@@ -11,8 +11,10 @@ import os
 import re
 import subprocess
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
+import requests
 
 from devstack.openapi import COMMITTED
 from packyard_cli.build import build_from_files
@@ -128,3 +130,21 @@ def test_a_publish_and_install_journey_through_the_generated_client(
     assert installed["release"]["archiveSha256"] == built.archive_sha256
     assert [(grant["kind"], grant["resource"]) for grant in installed["grants"]] == [("network", "api.weather.example")]
     assert installed["etag"] == '"1"'
+
+
+def test_the_documented_oauth2_flows_are_the_local_issuers_endpoints(stack: Stack) -> None:
+    # Given the document the local stack serves (its server URL is the stack's) and its issuer's discovery document
+    served = requests.get(f"{stack.api}/openapi.json", timeout=30).json()
+    flows = served["components"]["securitySchemes"]["oauth2"]["flows"]
+    base = served["servers"][0]["url"].rstrip("/") + "/"
+    discovery = requests.get(f"{stack.api}/oidc/.well-known/openid-configuration", timeout=30).json()
+
+    # When the flows' relative URLs are resolved against the server, as OpenAPI 3.1 resolves them
+    authorize = urljoin(base, flows["authorizationCode"]["authorizationUrl"].lstrip("/"))
+    token = urljoin(base, flows["authorizationCode"]["tokenUrl"].lstrip("/"))
+
+    # Then they are the endpoints the issuer announces, for both grants the document names
+    assert authorize == discovery["authorization_endpoint"]
+    assert token == discovery["token_endpoint"] == urljoin(base, flows["clientCredentials"]["tokenUrl"].lstrip("/"))
+    assert {"authorization_code", "client_credentials", "refresh_token"} <= set(discovery["grant_types_supported"])
+    assert "S256" in discovery["code_challenge_methods_supported"]
