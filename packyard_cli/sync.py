@@ -64,7 +64,15 @@ from packyard_cli.sync_disk import (
     replace_file,
     scan,
 )
-from packyard_cli.sync_sources import ArchiveSource, FileSource, ReleaseRef, SourceRejected, download_manifest
+from packyard_cli.sync_sources import (
+    ArchiveSource,
+    FileRouteSource,
+    FileSource,
+    ReleaseRef,
+    ReleaseSource,
+    SourceRejected,
+    download_manifest,
+)
 
 STATE_FOLDER = ".packyard"
 STATE_FILE = "state.json"
@@ -497,7 +505,8 @@ def sync_workspace(
     api = _client(client, endpoint, token)
     disk = disk or Disk()
     cache = FileCache(Path(cache_dir) if cache_dir else default_cache_dir(), cache_max_bytes, disk)
-    source = source or ArchiveSource(api, exit_point=crash_point)
+    if source is None:
+        source = ReleaseSource(ArchiveSource(api, exit_point=crash_point), FileRouteSource(api, exit_point=crash_point))
     notify = progress or (lambda event: None)
     result = SyncResult(workspace=workspace, directory=target)
     releases = read_resolved(api, workspace)

@@ -6,8 +6,9 @@ resolved view, proves it with the service's own canonical verifier (``packyard.p
 archive holds exactly the manifest's files, no link, no special file, no header two tar readers read differently),
 and only then reads the wanted members out of it into the cache, each hashed again as it is stored.
 
-A source that reads single files (``GET …/installations/{id}/files/{path}``) fills the cache file by file instead;
-switching is passing another source to ``sync_workspace``: nothing else changes.
+:class:`FileRouteSource` reads single files (``GET /v1/packages/{p}/versions/{v}/files/{path}``) into the cache
+instead; :class:`ReleaseSource` (the default) picks per release: the archive when it needs most of a release, the
+file route when an update lacks only a few files. Passing another source to ``sync_workspace`` is the only change.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from packyard_cli.client import Client, CliError
-from packyard_cli.sync_cache import CHUNK, FileCache
+from packyard_cli.sync_cache import CHUNK, CacheMismatch, FileCache
 
 ExitPoint = Callable[[str], None]
 
@@ -66,8 +67,11 @@ class SourceRejected(CliError):
 class FileSource(Protocol):
     """Puts the ``wanted`` files of a release into the cache (each verified by the cache as it is stored)."""
 
-    requests: int
-    downloaded_bytes: int
+    @property
+    def requests(self) -> int: ...  # requests sent so far (for what a sync reports)
+
+    @property
+    def downloaded_bytes(self) -> int: ...
 
     def fill(self, release: ReleaseRef, manifest: Any, wanted: Sequence[Any], cache: FileCache) -> None: ...
 
@@ -156,6 +160,74 @@ class ArchiveSource:
             )
 
 
+@dataclass
+class FileRouteSource:
+    """One request per wanted file: ``GET /v1/packages/{p}/versions/{v}/files/{path}`` (the release's route, not
+    the installation's, so an installation that moves on meanwhile cannot hand over another release's bytes). A
+    small file comes inline (at most a few MiB), a large one as a redirect to exactly its bytes, streamed into the
+    cache; either way the cache keeps them only if they hash to the manifest's sha256."""
+
+    client: Client
+    exit_point: ExitPoint = lambda name: None
+    requests: int = 0
+    downloaded_bytes: int = 0
+
+    def fill(self, release: ReleaseRef, manifest: Any, wanted: Sequence[Any], cache: FileCache) -> None:
+        from packyard_cli.files import release_file_path
+
+        for entry in wanted:
+            self.requests += 1
+            response = self.client.fetch(release_file_path(release.package, release.version, entry.path))
+            if response.is_redirect:
+                self.requests += 1
+                chunks: Any = self.client.download(response.headers["Location"], CHUNK)
+            else:
+                chunks = [response.content]
+            try:
+                with cache.store(entry.sha256, entry.size) as writer:
+                    for chunk in chunks:
+                        self.downloaded_bytes += len(chunk)
+                        writer.write(chunk)
+                        self.exit_point("download")
+            except CacheMismatch as mismatch:
+                raise SourceRejected(
+                    f"{entry.path} of {release.label} is not the file its manifest names",
+                    code="sync_digest_mismatch",
+                    detail=f"{mismatch}. Nothing was changed.",
+                ) from None
+
+
+FILE_READS_MAX = 16
+"""Most files fetched one by one for a release; more is one archive."""
+FILE_READS_SHARE = 4
+"""Files are fetched one by one only when they are at most 1/4 of the release's bytes: the archive would bring
+mostly bytes the cache holds already."""
+
+
+@dataclass
+class ReleaseSource:
+    """What ``sync`` uses by default: the file route for a release the cache holds most of (at most
+    ``FILE_READS_MAX`` files lacking, at most 1/``FILE_READS_SHARE`` of its bytes: an update that changed a few
+    files), else one archive (one request, compressed)."""
+
+    archive: ArchiveSource
+    files: FileRouteSource
+
+    @property
+    def requests(self) -> int:
+        return self.archive.requests + self.files.requests
+
+    @property
+    def downloaded_bytes(self) -> int:
+        return self.archive.downloaded_bytes + self.files.downloaded_bytes
+
+    def fill(self, release: ReleaseRef, manifest: Any, wanted: Sequence[Any], cache: FileCache) -> None:
+        lacking = sum(entry.size for entry in wanted)
+        total = sum(entry.size for entry in manifest.files)
+        few = len(wanted) <= FILE_READS_MAX and lacking * FILE_READS_SHARE <= total
+        (self.files if few else self.archive).fill(release, manifest, wanted, cache)
+
+
 def download_manifest(client: Client, release: ReleaseRef, limit: int) -> bytes:
     """The release's manifest bytes from the resolved view's URL, checked against ``manifestDigest``."""
     digest, data = hashlib.sha256(), bytearray()
@@ -173,4 +245,12 @@ def download_manifest(client: Client, release: ReleaseRef, limit: int) -> bytes:
     return bytes(data)
 
 
-__all__ = ["ArchiveSource", "FileSource", "ReleaseRef", "SourceRejected", "download_manifest"]
+__all__ = [
+    "ArchiveSource",
+    "FileRouteSource",
+    "FileSource",
+    "ReleaseRef",
+    "ReleaseSource",
+    "SourceRejected",
+    "download_manifest",
+]

@@ -147,7 +147,9 @@ def test_sync_writes_each_installation_verified_with_its_modes_and_check_is_clea
     assert stat.S_IMODE((target / "weather" / NON_ASCII).lstat().st_mode) == 0o644
     # LICENSE is the same in both releases: it came from the cache the second time
     assert synced.json()["filesFromCache"] >= 1
-    assert synced.json()["downloads"] == 4  # two manifests, two archives
+    # notes (synced first, nothing cached) as its archive; weather, whose big LICENSE is cached by then, as its other
+    # 4 small files one by one: two manifests, one archive, four file reads
+    assert synced.json()["downloads"] == 7
     checked = sync(cli, ws, target, cache, "--check")
     assert checked.code == 0, checked.output
     assert checked.json()["clean"] is True
@@ -169,14 +171,17 @@ def test_an_unchanged_workspace_syncs_with_no_download_and_an_update_fetches_onl
     assert [path.rsplit("/", 1)[-1] for _, path in session.sent] == ["resolved"]
     assert again.downloads == again.downloaded_bytes == 0
 
-    # When one installation moves to another release: one manifest and one archive, LICENSE from the cache
+    # When one installation moves to another release: its manifest, then only the 4 files that changed, one by one
+    # through the release's file route (not the archive); LICENSE, the same in both, from the cache
     assert cli("update", "weather@1.1.0", "--workspace", ws).code == 0
     session.sent.clear()
     updated = sync_workspace(ws, target, client=client, cache_dir=cache)
     assert (updated.updated, updated.unchanged) == (["weather"], ["notes"])
-    assert updated.downloads == 2
-    assert len(session.sent) == 3  # resolved, the manifest, the archive
     assert updated.files_from_cache == 1  # LICENSE
+    assert updated.files_fetched == 4
+    assert updated.downloads == 5  # the manifest and 4 files
+    file_reads = [path for _, path in session.sent if "/versions/1.1.0/files/" in path]
+    assert len(file_reads) == 4 and len(session.sent) == 6  # resolved, the manifest, 4 files
     assert_holds(target, {"weather": contents["weather@1.1.0"], "notes": contents["notes@1.0.0"]})
 
     # When an installation is uninstalled, its folder goes
