@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Path
 
 from packyard.api.file_responses import file_response, file_responses
@@ -22,6 +21,10 @@ FILE_ERRORS = (NotFound, ReleaseUnavailable)
 # a version's files never change; an installation's change with its active release
 IMMUTABLE = "private, max-age=86400, immutable"
 REVALIDATE = "private, no-cache"
+# BINARY_ANSWER: the two routes declare no return type on purpose. With validation on, Powertools serializes a
+# route's answer through its return annotation (any, ``Response[Any]`` and ``Response[bytes]`` included), which
+# decodes a bytes body as UTF-8 and fails on a binary file; without one the bytes reach ResponseBuilder untouched,
+# which base64-encodes them (isBase64Encoded) as API Gateway expects. Their OpenAPI responses are declared below.
 
 
 def _file_contract(permission: Permission) -> dict[str, Any]:
@@ -49,9 +52,9 @@ def _requested_path(file_path: str) -> str:
     tags=["releases"],
     **_file_contract(Permission.READ_PACKAGES),
 )
-def get_release_file(
+def get_release_file(  # type: ignore[no-untyped-def]  # see BINARY_ANSWER
     package: Annotated[str, Path()], version: Annotated[str, Path()], file_path: Annotated[str, Path()]
-) -> Response[Any]:
+):
     tenant = authorize(app).tenant
     found = files.release_file(tenant, package, version, _requested_path(file_path))
     return file_response(found, cache_control=IMMUTABLE)
@@ -68,9 +71,9 @@ def get_release_file(
     tags=["installations"],
     **_file_contract(Permission.READ_WORKSPACES),
 )
-def get_installation_file(
+def get_installation_file(  # type: ignore[no-untyped-def]  # see BINARY_ANSWER
     workspace: Annotated[str, Path()], installation_id: Annotated[str, Path()], file_path: Annotated[str, Path()]
-) -> Response[Any]:
+):
     tenant = authorize(app).tenant
     found = files.installation_file(tenant, workspace, installation_id, _requested_path(file_path))
     return file_response(found, cache_control=REVALIDATE)

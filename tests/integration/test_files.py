@@ -131,6 +131,18 @@ def test_a_large_file_is_a_redirect_to_exactly_its_bytes(acme) -> None:
     assert requests.get(headers["location"], timeout=30).content == big
 
 
+def test_a_small_binary_file_is_answered_inline_byte_for_byte(acme) -> None:
+    binary = bytes(range(256)) * 3 + b"\xff\xfe\x00 not UTF-8"
+    _published(acme, "binpkg", "1.0.0", build_from_files({"icon.bin": binary}))
+
+    answer = _get_file(acme, "/v1/packages/binpkg/versions/1.0.0/files/icon.bin")
+
+    assert answer["statusCode"] == 200, answer
+    assert answer["isBase64Encoded"] is True  # as API Gateway passes a binary body on
+    assert _headers(answer)["content-type"] == "application/octet-stream"
+    assert _body(answer) == binary
+
+
 def _small_package(acme: Caller) -> BuiltPackage:
     built = build_from_files({"SKILL.md": b"# skill\n", "src/main.py": b"print('hi')\n", "src/util/x.py": b"x = 1\n"})
     _published(acme, "small", "1.0.0", built)

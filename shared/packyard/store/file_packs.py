@@ -12,7 +12,7 @@ upload); a large file is one PUT carrying the manifest's sha256 as its checksum,
 from __future__ import annotations
 
 import base64
-from typing import Any, BinaryIO
+from typing import IO, Any
 from urllib.parse import quote
 
 from packyard.store.aws import client, error_code, translate
@@ -95,7 +95,7 @@ class PackWriter:
             raise _translate(exc) from exc
 
 
-def put_file_object(key: str, body: BinaryIO, size: int, sha256_hex: str) -> None:
+def put_file_object(key: str, body: IO[bytes], size: int, sha256_hex: str) -> None:
     """One PUT of a large file with its sha256 as the checksum S3 checks on receipt and keeps."""
     try:
         _s3().put_object(
