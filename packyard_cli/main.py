@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(ctx, args))
     except CliError as error:
-        print_error(ctx, error)
+        print_error(ctx, ctx.with_next_step(error))
         return error.exit_code
     except QueryError as exc:
         print_error(ctx, CliError(str(exc), exit_code=EXIT_USAGE))

@@ -36,6 +36,7 @@ class Context:
     err: Any  # rich Console on stderr (spinners, progress, errors)
     _client: Client | None = field(default=None, repr=False)
     _token: str | None = field(default=None, repr=False)
+    _token_source: str = field(default="none", repr=False)  # flag, env, token_command, login, minted, none
     _profile: Profile | None = field(default=None, repr=False)
 
     # ---------------------------------------------------------------- settings
@@ -84,8 +85,20 @@ class Context:
 
     def bearer_token(self) -> str | None:
         if self._token is None:
-            self._token = resolve_token(self.args, self.endpoint, self.profile)
+            self._token, self._token_source = token_and_source(self.args, self.endpoint, self.profile)
         return self._token or None
+
+    def with_next_step(self, error: CliError) -> CliError:
+        """A 401 to a call sent with no token, or with ``packyard login``'s: say how to sign in."""
+        if error.status != 401 or self._token is None or self._token_source not in ("login", "none"):
+            return error
+        step = (
+            "run packyard login to sign in again"
+            if self._token_source == "login"
+            else "sign in with packyard login, or pass --token / $PACKYARD_TOKEN"
+        )
+        error.detail = f"{error.detail}; {step}" if error.detail else step
+        return error
 
     # ---------------------------------------------------------------- printing
 
@@ -212,26 +225,32 @@ def is_local(endpoint: str) -> bool:
 def resolve_token(args: argparse.Namespace, endpoint: str, profile: Profile | None = None) -> str:
     """--token, else $PACKYARD_TOKEN, else the profile's token_command, else the profile's ``packyard login``
     token for this endpoint, else (local stack only) a token minted with the local key, carrying every scope."""
-    explicit = args.token or os.environ.get("PACKYARD_TOKEN")
-    if explicit:
-        return str(explicit)
+    return token_and_source(args, endpoint, profile)[0]
+
+
+def token_and_source(args: argparse.Namespace, endpoint: str, profile: Profile | None = None) -> tuple[str, str]:
+    """:func:`resolve_token`'s token, and where it came from (flag, env, token_command, login, minted, none)."""
+    if args.token:
+        return str(args.token), "flag"
+    if os.environ.get("PACKYARD_TOKEN"):
+        return os.environ["PACKYARD_TOKEN"], "env"
     if profile is not None and profile.token_command:
-        return run_token_command(profile)
+        return run_token_command(profile), "token_command"
     from packyard_cli import credentials
 
     signed_in = credentials.token_for(profile.name if profile is not None else DEFAULT_PROFILE, endpoint)
     if signed_in:
-        return signed_in  # packyard login's token for this endpoint (renewed when it is about to expire)
+        return signed_in, "login"  # packyard login's token for this endpoint (renewed when it is about to expire)
     if not is_local(endpoint):
-        return ""
+        return "", "none"
     from packyard_cli import tokens
 
     key = tokens.load_key(args.state_dir)
     if key is None:
-        return ""
+        return "", "none"
     tenant = args.tenant or os.environ.get("PACKYARD_TENANT") or (profile.tenant if profile else None) or "local"
     subject = os.environ.get("PACKYARD_SUBJECT") or "cli"
-    return key.mint(tenant=tenant, subject=subject, ttl_seconds=900)
+    return key.mint(tenant=tenant, subject=subject, ttl_seconds=900), "minted"
 
 
 # ------------------------------------------------------------------ arguments and listings

@@ -180,8 +180,9 @@ def test_a_person_and_a_machine_sign_in_and_a_package_is_published_installed_and
     signed_out: SignedOutCli, tmp_path: Path
 ) -> None:
     tenant = f"t-{uuid.uuid4().hex[:10]}"
-    # Given no token at all: the CLI cannot call the API
-    assert signed_out("--profile", "person", "whoami").code == 7
+    # Given no token at all: the CLI cannot call the API, and says how to sign in
+    nobody = signed_out("--profile", "person", "whoami")
+    assert nobody.code == 7 and "sign in with packyard login" in nobody.output, nobody.output
 
     # When a person signs in through the browser and a machine with its client credentials
     person = signed_out.login_person("person", "jane", tenant)
@@ -292,6 +293,7 @@ def test_a_token_for_another_audience_is_401_problem_json(signed_out: SignedOutC
     answer = requests.get(f"{stack.api}/v1/me", headers={"Authorization": f"Bearer {token}"}, timeout=30)
     # Then the local authorizer refuses it as API Gateway's would: 401 problem+json naming the audience
     assert refused.code == 7, refused.output
+    assert "audience" in refused.output and "run packyard login to sign in again" in refused.output
     assert answer.status_code == 401
     assert answer.headers["Content-Type"] == "application/problem+json"
     assert answer.json()["code"] == "unauthorized" and "audience" in answer.json()["detail"]
