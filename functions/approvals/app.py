@@ -58,7 +58,7 @@ def list_waiting(
         Permission.APPROVE,
         {200: ("The decision, recorded; the operation commits (approve) or settles refused (reject)", ApprovalView)},
         (InvalidRequest, IdempotencyKeyRequired, StaleAuthority, IdempotencyKeyReused),
-        examples={200: examples.APPROVAL_RECORDED},
+        examples={200: examples.APPROVAL_RECORDED, 403: examples.APPROVE_FORBIDDEN},
     ),
 )
 def decide(

@@ -53,7 +53,7 @@ REQUEST_KEY = "optional: the same request again answers as before; another reque
             200: ("This exact content is already published: nothing to upload", ExistingReleaseView),
         },
         (InvalidRequest, ArchiveRejected, InputLimitExceeded, VersionExists, QuotaExceeded, IdempotencyKeyReused),
-        examples={201: examples.UPLOAD_CREATED},
+        examples={201: examples.UPLOAD_CREATED, 409: examples.VERSION_EXISTS},
     ),
 )
 def create_upload(

@@ -262,3 +262,29 @@ INSTALLATION_ACTIVE = example(
         "etag": '"1"',
     },
 )
+
+VERSION_EXISTS = example(
+    "version-exists",
+    "The version is already published with other content",
+    {
+        "type": "https://packyard.dev/problems/version_exists",
+        "title": "Version already published with different content",
+        "status": 409,
+        "code": "version_exists",
+        "detail": "weather-skill@1.0.0 is already published with different content",
+        "existingManifestDigest": "2715db5841206e5a6481a8c88756b4ef625af7b0ef757300ee217b16c9de40f5",
+    },
+)
+
+APPROVE_FORBIDDEN = example(
+    "forbidden",
+    "The token lacks the scope this route needs",
+    {
+        "type": "https://packyard.dev/problems/forbidden",
+        "title": "Forbidden",
+        "status": 403,
+        "code": "forbidden",
+        "detail": "this route needs the scope 'approvals:write'",
+        "requiredScope": "approvals:write",
+    },
+)

@@ -29,8 +29,8 @@ def contract(
     examples: Mapping[int, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Route decorator keywords: the permission the route needs (its OpenAPI ``security``, which ``authorize``
-    enforces) and its documented responses, 403 ``forbidden`` included; ``examples`` maps a success status to its
-    named examples (``packyard.api.examples``)."""
+    enforces) and its documented responses, 403 ``forbidden`` included; ``examples`` maps a status to its named
+    examples (``packyard.api.examples``)."""
     return {
         "security": [{SECURITY_SCHEME: [permission.value]}],
         "responses": responses(ok, (*errors, Forbidden), examples=examples),
@@ -50,14 +50,12 @@ def responses(
     examples: Mapping[int, dict[str, Any]] | None = None,
 ) -> dict[int, Any]:
     """Powertools ``responses=`` for a route: ``ok`` maps a status to (description, model), ``examples`` a status to
-    its named examples; every route may also answer 400 (a malformed path or query) and 401 (no valid tenant
-    claim)."""
+    its named examples (a success's or a problem's); every route may also answer 400 (a malformed path or query)
+    and 401 (no valid tenant claim)."""
     documented: dict[int, Any] = {
         status: {"description": description, "content": {"application/json": {"model": model}}}
         for status, (description, model) in ok.items()
     }
-    for status, named in (examples or {}).items():
-        documented[status]["content"]["application/json"]["examples"] = named
     by_status: dict[int, list[type[PackyardError]]] = defaultdict(list)
     # every route may answer 400: a control character in the path, a path parameter no id pattern takes, a query
     # parameter out of its bounds (api.resolver)
@@ -71,4 +69,7 @@ def responses(
             "description": f"{classes[0].title if len(classes) == 1 else 'Refused'} (problem+json: {codes})",
             "content": {"application/problem+json": {"schema": PROBLEM_SCHEMA}},
         }
+    for status, named in (examples or {}).items():
+        (content,) = documented[status]["content"].values()  # application/json, or problem+json for an error
+        content["examples"] = named
     return documented
