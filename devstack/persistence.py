@@ -139,20 +139,59 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
 
 
 class Journal:
-    """The open journal: each :meth:`append` is one ``write`` of a whole record, then ``fdatasync``."""
+    """The open journal. :meth:`append` writes a whole record with one ``write`` (in the order of the callers' lock:
+    once it returned, a kill of the process cannot lose it); :meth:`wait_durable` then waits, outside that lock, until
+    a ``fdatasync`` covered it. One flusher thread syncs whatever was written meanwhile, so concurrent writers share
+    one sync (group commit) instead of each holding the lock through its own."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self.records = 0
+        self._changed = threading.Condition()
+        self._written = 0
+        self._synced = 0
+        self._closed = False
+        self._flusher = threading.Thread(target=self._sync_written, name="packyard-journal", daemon=True)
+        self._flusher.start()
 
-    def append(self, record: dict[str, Any]) -> None:
-        os.write(self._fd, encode_record(record))
-        os.fdatasync(self._fd)
-        self.records += 1
+    @property
+    def records(self) -> int:
+        return self._written
+
+    def append(self, record: dict[str, Any]) -> int:
+        """Write ``record``; its sequence number (for :meth:`wait_durable`)."""
+        line = encode_record(record)
+        with self._changed:
+            os.write(self._fd, line)
+            self._written += 1
+            self._changed.notify_all()
+            return self._written
+
+    def wait_durable(self, sequence: int) -> None:
+        with self._changed:
+            while self._synced < sequence and not self._closed:
+                self._changed.wait()
+
+    def _sync_written(self) -> None:
+        while True:
+            with self._changed:
+                while self._synced == self._written and not self._closed:
+                    self._changed.wait()
+                if self._closed:
+                    return
+                target = self._written
+            os.fdatasync(self._fd)
+            with self._changed:
+                self._synced = target
+                self._changed.notify_all()
 
     def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+        self._flusher.join()
         with contextlib.suppress(OSError):
+            os.fdatasync(self._fd)
             os.close(self._fd)
 
 
@@ -462,12 +501,14 @@ _KEY_CHANGES = ("Create", "Update", "Delete", "Put", "Schedule", "Cancel", "Enab
 
 
 def record_keys(journal: Journal, world: World) -> None:
+    sequence = 0
     with _objects_lock:
         images = _key_images()
         for backend, keys in images.items():
             if world.keys.get(backend) != keys:
                 world.keys[backend] = keys
-                journal.append({"k": "kms", "backend": backend, "keys": keys})
+                sequence = journal.append({"k": "kms", "backend": backend, "keys": keys})
+    journal.wait_durable(sequence)
 
 
 # ------------------------------------------------------------------ recording changes
@@ -525,6 +566,13 @@ def _journaled_write(journal: Journal, name: str, original: Callable[..., Any]) 
 
     @functools.wraps(original)
     def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result, sequence = _write_and_record(self, args, kwargs)
+        if sequence:
+            journal.wait_durable(sequence)  # outside the lock: the next write need not wait for this one's sync
+        return result
+
+    def _write_and_record(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
+        sequence = 0
         with _writes:
             depth = getattr(_local, "depth", 0)
             touched = _touched_items()
@@ -542,9 +590,9 @@ def _journaled_write(journal: Journal, name: str, original: Callable[..., Any]) 
             finally:
                 _local.depth = depth
             if depth == 0 and touched:
-                journal.append({"k": "ddb", "tables": _item_images(self, touched)})
+                sequence = journal.append({"k": "ddb", "tables": _item_images(self, touched)})
                 touched.clear()
-            return result
+            return result, sequence
 
     return write
 
@@ -597,6 +645,7 @@ def record_objects(journal: Journal, bodies: Path) -> None:
     from moto.s3.models import s3_backends
 
     pending, _local.objects = touched, set()
+    sequence = 0
     with _objects_lock:
         for account in list(s3_backends.keys()):
             backend = s3_backends[account]["global"]
@@ -609,7 +658,8 @@ def record_objects(journal: Journal, bodies: Path) -> None:
                 image = _object_image(key, bodies) if key is not None and hasattr(key, "value") else None
                 by_bucket.setdefault(bucket_name, []).append([key_name, image])
             for bucket_name, objects in by_bucket.items():
-                journal.append({"k": "s3", "bucket": bucket_name, "objects": objects})
+                sequence = journal.append({"k": "s3", "bucket": bucket_name, "objects": objects})
+    journal.wait_durable(sequence)
 
 
 def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
@@ -636,7 +686,7 @@ def _execution_started(journal: Journal, original: Callable[..., Any]) -> Callab
     @functools.wraps(original)
     def start(self: Any) -> Any:
         result = original(self)
-        journal.append(
+        sequence = journal.append(
             {
                 "k": "sfn",
                 "execution": {
@@ -648,6 +698,7 @@ def _execution_started(journal: Journal, original: Callable[..., Any]) -> Callab
                 },
             }
         )
+        journal.wait_durable(sequence)
         return result
 
     return start
@@ -659,7 +710,7 @@ def _execution_settled(journal: Journal, original: Callable[..., Any]) -> Callab
         result = original(self)
         execution = self.execution
         output = execution.output
-        journal.append(
+        sequence = journal.append(
             {
                 "k": "sfn",
                 "execution": {
@@ -672,6 +723,7 @@ def _execution_settled(journal: Journal, original: Callable[..., Any]) -> Callab
                 },
             }
         )
+        journal.wait_durable(sequence)
         return result
 
     return terminated
