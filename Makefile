@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 help:
 	@echo "make demo      the CLI journey against the local stack (publish, rejection, installs), no AWS account"
 	@echo "make smoke     the CLI journey against PACKYARD_ENDPOINT (+ PACKYARD_TOKEN), else a local stack; stops at a deviation"
-	@echo "make serve     the local stack on 127.0.0.1 (API :8787, moto :4566); Ctrl-C stops it"
+	@echo "make serve     the local stack on 127.0.0.1 (API :8787, moto :4566), state kept in .packyard-local/data; Ctrl-C stops it"
 	@echo "make openapi   regenerate docs/openapi.json from the handlers"
 	@echo "make test      unit + integration (+ e2e) tests"
 	@echo "make fuzz      longer campaigns: tar streams against four readers (TAR_EXAMPLES), schemathesis (FUZZ_EXAMPLES, FUZZ_SEED)"
@@ -42,11 +42,13 @@ demo: $(STAMP)
 smoke: $(STAMP)
 	$(BIN)/python -m devstack.smoke
 
-# API_PORT / AWS_PORT override the ports, e.g. make serve API_PORT=9000
+# API_PORT / AWS_PORT override the ports, e.g. make serve API_PORT=9000. The state (tables, objects, executions, keys)
+# is kept across restarts in .packyard-local/data; DATA=DIR keeps it elsewhere, EPHEMERAL=1 keeps nothing.
 API_PORT ?= 8787
 AWS_PORT ?= 4566
 serve: $(STAMP)
-	$(BIN)/packyard local --api-port $(API_PORT) --aws-port $(AWS_PORT)
+	$(BIN)/packyard local --api-port $(API_PORT) --aws-port $(AWS_PORT) \
+	  $(if $(EPHEMERAL),--ephemeral,$(if $(DATA),--data $(DATA)))
 
 openapi: $(STAMP)
 	$(BIN)/python -m devstack.openapi --write
