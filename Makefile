@@ -110,6 +110,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_operations.py
 	$(BIN)/python benchmarks/bench_cold_start.py
 	$(BIN)/python benchmarks/bench_sweeps.py
+	$(BIN)/python benchmarks/bench_persistence.py
 	$(BIN)/python benchmarks/bench_local_stack.py
 	$(BIN)/python benchmarks/simulate_capacity.py
 
