@@ -107,6 +107,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_verify.py
 	$(BIN)/python benchmarks/bench_publish.py
 	$(BIN)/python benchmarks/bench_files.py
+	$(BIN)/python benchmarks/bench_sync.py
 	$(BIN)/python benchmarks/bench_operations.py
 	$(BIN)/python benchmarks/bench_cold_start.py
 	$(BIN)/python benchmarks/bench_sweeps.py

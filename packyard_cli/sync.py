@@ -241,9 +241,8 @@ class SyncFolder:
                 handle = os.open(f"{digest}.json", READ_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 return None
-            with os.fdopen(handle, "rb") as f:
-                data = f.read(MANIFEST_LIMIT + 1)
-        return data if hashlib.sha256(data).hexdigest() == digest else None
+            data = _read_small(handle)
+        return data if data is not None and hashlib.sha256(data).hexdigest() == digest else None
 
     def keep_manifest(self, digest: str, data: bytes) -> None:
         with folder("manifests", self.state_fd, create=True) as fd:
@@ -598,12 +597,19 @@ def check_workspace(
 def _recorded_manifest(root_fd: int, release: ReleaseRef) -> bytes | None:
     try:
         with folder(STATE_FOLDER, root_fd) as state_fd, folder("manifests", state_fd) as fd:
-            handle = os.open(f"{release.manifest_digest}.json", READ_FLAGS, dir_fd=fd)
-            with os.fdopen(handle, "rb") as f:
-                data = f.read(MANIFEST_LIMIT + 1)
+            data = _read_small(os.open(f"{release.manifest_digest}.json", READ_FLAGS, dir_fd=fd))
     except OSError:
         return None
-    return data if hashlib.sha256(data).hexdigest() == release.manifest_digest else None
+    return data if data is not None and hashlib.sha256(data).hexdigest() == release.manifest_digest else None
+
+
+def _read_small(fd: int) -> bytes | None:
+    """A kept manifest whole (None above MANIFEST_LIMIT); takes ``fd`` and closes it. Sized by fstat: a read of
+    ``MANIFEST_LIMIT`` bytes would allocate that much for every manifest."""
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_size > MANIFEST_LIMIT:
+            return None
+        return f.read()
 
 
 def _check_installation(
