@@ -36,6 +36,7 @@ def cmd_init(ctx: Context, args: argparse.Namespace) -> int:
 
 
 def cmd_profiles(ctx: Context, args: argparse.Namespace) -> int:
+    from packyard_cli.credentials import cache_path
     from packyard_cli.profiles import config_path, load_profiles
 
     path = config_path()
@@ -45,7 +46,7 @@ def cmd_profiles(ctx: Context, args: argparse.Namespace) -> int:
             "name": p.name,
             "active": p.name == active,
             "endpoint": p.endpoint,
-            "token": "token_command" if p.token_command else None,
+            "token": "token_command" if p.token_command else ("login" if cache_path(p.name).exists() else None),
             "output": p.output,
         }
         for p in load_profiles(path).values()

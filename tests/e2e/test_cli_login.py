@@ -193,6 +193,8 @@ def test_a_person_and_a_machine_sign_in_and_a_package_is_published_installed_and
         assert (signed_out.cache(profile).stat().st_mode & 0o777) == 0o600
     assert (signed_out.cache("person").parent.stat().st_mode & 0o777) == 0o700
     assert machine_secret(signed_out.stack.state_dir) not in signed_out.cache("ci").read_text()
+    profiles = signed_out("--output", "json", "profiles").json()["items"]
+    assert {p["name"]: p["token"] for p in profiles} == {"person": "login", "ci": "login", "other": None}
 
     # Then the service reads each one's principal from the token it got
     me = signed_out("--profile", "person", "--output", "json", "whoami")
@@ -388,3 +390,36 @@ def test_a_secret_is_never_an_argument(signed_out: SignedOutCli) -> None:
     argument = signed_out("--profile", "ci", "login", "--client-credentials", "--client-secret", "s3cret")
     assert argument.code == 2, argument.output  # no such option (and nothing was sent anywhere)
     assert "s3cret" not in argument.output
+
+
+@pytest.mark.parametrize("idp", ["okta", "cognito"])
+def test_a_stack_started_with_an_idp_issues_tokens_its_claim_mapping_reads(idp: str, tmp_path: Path) -> None:
+    # Given a stack reading Okta's (scp array) or Cognito's (prefixed scopes, client_id for the actor) token shape
+    root = tmp_path / "stack"
+    env = base_env(root / "state")
+    process, state = stack_process.start_stack(root / "state", root / "local.log", "--idp", idp, env=env)
+    stack = Stack(process=process, api=state["api"], aws=state["aws"], state_dir=root / "state", log=root / "local.log")
+    try:
+        cli = SignedOutCli(stack, tmp_path / "home")
+        # When a person and a machine sign in with the local issuer
+        person = cli.login_person("person", "jane", "t-idp")
+        machine = cli.login_machine("ci", "t-idp", "--scope", "packages:read")
+        assert person.code == machine.code == 0, (person.output, machine.output)
+        token = json.loads(cli.cache("person").read_text())["access_token"]
+        import jwt
+
+        claims = jwt.decode(token, options={"verify_signature": False})
+        # Then the tokens have that provider's shape, and the stack reads owner and workflow from them
+        assert ("scp" in claims) if idp == "okta" else claims["scope"].startswith("openid https://packyard.local/")
+        me = cli("--profile", "person", "--output", "json", "whoami")
+        ci = cli("--profile", "ci", "--output", "json", "whoami")
+        assert me.code == ci.code == 0, (me.output, ci.output)
+        assert (me.json()["tenant"], me.json()["actor"]) == ("t-idp", "owner")
+        assert "packages:publish" in me.json()["permissions"]
+        assert (ci.json()["tenant"], ci.json()["actor"], ci.json()["permissions"]) == (
+            "t-idp",
+            "workflow",
+            ["packages:read"],
+        )
+    finally:
+        stop_stack(stack)
