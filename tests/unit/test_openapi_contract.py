@@ -124,38 +124,40 @@ def test_the_security_scheme_is_oauth2_with_the_scopes_defined_once(document: di
     assert {found[0] for found in named.values() if found} == scopes
 
 
-def _examples(document: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], Any]]:
-    """(where, schema, example value) of every request and response body example."""
+def _examples(document: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any], Any]]:
+    """(route, "request" or the response status, schema, example value) of every body example."""
     for route, operation in _operations(document):
         bodies = [("request", operation.get("requestBody", {}))]
-        bodies += [(f"response {status}", response) for status, response in operation["responses"].items()]
+        bodies += list(operation["responses"].items())
         for where, body in bodies:
-            for media, content in body.get("content", {}).items():
-                for name, example in content.get("examples", {}).items():
-                    yield f"{route} {where} {media} {name}", content["schema"], example["value"]
+            for content in body.get("content", {}).values():
+                for example in content.get("examples", {}).values():
+                    yield route, where, content["schema"], example["value"]
 
 
 def test_the_main_bodies_have_examples_the_schemas_accept(document: dict[str, Any]) -> None:
-    registry: Registry = Registry().with_resource("urn:packyard", Resource.from_contents(document, default_specification=DRAFT202012))
+    registry: Registry = Registry().with_resource(
+        "urn:packyard", Resource.from_contents(document, default_specification=DRAFT202012)
+    )
     examples = list(_examples(document))
-    where = {
-        entry.split(" response")[0].split(" request")[0] + (" request" if " request " in entry else "")
-        for entry, _, _ in examples
-    }
 
-    for name, schema, value in examples:
+    for route, where, schema, value in examples:
         schema = json.loads(json.dumps(schema).replace('"#/', '"urn:packyard#/'))
         errors = [error.message for error in Draft202012Validator(schema, registry=registry).iter_errors(value)]
-        assert errors == [], name
+        assert errors == [], (route, where)
+    where = {f"{route} {where}" for route, where, _, _ in examples}
     # the publish-and-install journey's bodies, asked and answered
     assert {
         "POST /v1/packages/{package}/versions/{version}/uploads request",
-        "POST /v1/packages/{package}/versions/{version}/uploads",
-        "POST /v1/uploads/{upload_id}/complete",
-        "GET /v1/uploads/{upload_id}",
+        "POST /v1/packages/{package}/versions/{version}/uploads 201",
+        "POST /v1/packages/{package}/versions/{version}/uploads 409",
+        "POST /v1/uploads/{upload_id}/complete 202",
+        "GET /v1/uploads/{upload_id} 200",
         "PUT /v1/workspaces/{workspace}/installations/{installation_id} request",
-        "PUT /v1/workspaces/{workspace}/installations/{installation_id}",
-        "GET /v1/workspaces/{workspace}/operations/{operation_id}",
+        "PUT /v1/workspaces/{workspace}/installations/{installation_id} 202",
+        "GET /v1/workspaces/{workspace}/operations/{operation_id} 200",
+        "GET /v1/workspaces/{workspace}/approvals 200",
         "POST /v1/workspaces/{workspace}/installations/{installation_id}/approvals request",
-        "POST /v1/workspaces/{workspace}/installations/{installation_id}/approvals",
+        "POST /v1/workspaces/{workspace}/installations/{installation_id}/approvals 200",
+        "GET /v1/workspaces/{workspace}/installations/{installation_id} 200",
     } <= where
