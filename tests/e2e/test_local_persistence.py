@@ -184,12 +184,15 @@ def test_a_restart_keeps_a_published_installed_and_approved_package(tmp_path: Pa
         assert after is not None and after["release"]["version"] == "1.1.0", after
 
 
-def test_a_publish_killed_while_it_verified_converges_after_a_restart_and_the_sweep(tmp_path: Path) -> None:
+def test_a_publish_killed_while_it_verified_and_a_half_done_upload_converge_after_a_restart_and_the_sweep(
+    tmp_path: Path,
+) -> None:
     package, tenant = "weather-skill", f"t-{uuid.uuid4().hex[:10]}"
     folder = write_skill(tmp_path / "skill")
     built_dir = tmp_path / "out"
 
-    # Given a stack that dies as its publish workflow invokes the Publish function (the archive verified)
+    # Given a stack that dies as its publish workflow invokes the Publish function (the archive verified), while
+    # another upload of the tenant has its archive stored but was never completed
     dying = _start(tmp_path, "dying", exit_at="invoke:PublishFunction")
     cli = Cli(dying, tenant)
     http = _http(cli)
@@ -197,14 +200,15 @@ def test_a_publish_killed_while_it_verified_converges_after_a_restart_and_the_sw
     assert built.code == 0, built.output
     manifest = json.loads((tmp_path / "out.manifest.json").read_text())
     archive = (tmp_path / "out.tar.gz").read_bytes()
-    created = http.post(
-        f"{dying.api}/v1/packages/{package}/versions/1.0.0/uploads",
-        json={"manifest": manifest, "archive": {"size": len(archive), "sha256": hashlib.sha256(archive).hexdigest()}},
-    )
-    assert created.status_code == 201, created.text
-    upload = created.json()
-    put = requests.put(upload["upload"]["url"], data=archive, timeout=30)
-    assert put.status_code == 200, put.text
+    body = {"manifest": manifest, "archive": {"size": len(archive), "sha256": hashlib.sha256(archive).hexdigest()}}
+    sessions = {}
+    for version in ("1.0.0", "2.0.0"):
+        created = http.post(f"{dying.api}/v1/packages/{package}/versions/{version}/uploads", json=body)
+        assert created.status_code == 201, created.text
+        sessions[version] = created.json()
+        put = requests.put(sessions[version]["upload"]["url"], data=archive, timeout=30)
+        assert put.status_code == 200, put.text
+    upload, half_done = sessions["1.0.0"], sessions["2.0.0"]
     completed = http.post(f"{dying.api}/v1/uploads/{upload['uploadId']}/complete")
     assert completed.status_code in (200, 202), completed.text
 
@@ -215,13 +219,17 @@ def test_a_publish_killed_while_it_verified_converges_after_a_restart_and_the_sw
         http = _http(cli)
         uploads = f"{after.api}/v1/uploads/{upload['uploadId']}"
         assert http.get(uploads).json()["state"] == "verifying"  # what it was doing is still on record
+        abandoned = f"{after.api}/v1/uploads/{half_done['uploadId']}"
+        assert http.get(abandoned).json()["state"] == "awaiting_upload"
 
         # Then the sweep past the reservation window finds its execution ended without settling and rejects it,
         # returning the reservation, and the same version publishes
         swept = _swept(cli, "+1h")
         assert swept.get(("upload", "rejected")) == 1, swept
+        assert swept.get(("upload", "expired")) == 1, swept  # the half-done one, at its deadline
         settled = http.get(uploads).json()
         assert settled["state"] == "rejected", settled
+        assert http.get(abandoned).json()["state"] == "expired"
         usage = cli("--json", "usage")
         assert usage.code == 0, usage.output
         assert usage.json()["items"][0]["usedBytes"] == 0, usage.output  # nothing retained, nothing reserved
