@@ -440,6 +440,12 @@ def _installation_commands(command: AddCommand) -> None:
         "--cache", metavar="DIR", help="the file cache (default: $PACKYARD_CACHE_DIR or ~/.cache/packyard/files)"
     )
     sync.add_argument("--cache-size", type=byte_size, metavar="SIZE", help="bound of the cache (default: 1G)")
+    sync.add_argument(
+        "--keys",
+        metavar="FILE",
+        help="verify every release's signed statement against this JWK Set before writing it (default: the "
+        "profile's pinned keys, packyard keys pin; none pinned: not checked, a note says so)",
+    )
 
 
 def _setup_commands(command: AddCommand) -> None:

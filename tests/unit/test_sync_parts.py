@@ -139,3 +139,21 @@ def test_the_progress_bar_follows_the_installations(tmp_path: Path) -> None:
         progress({"event": "done"})
     assert "2/2" in screen.getvalue()
     assert "weather: download" in screen.getvalue()
+
+
+def test_the_parser_takes_every_sync_option() -> None:
+    from packyard_cli.commands.sync import cmd_sync
+    from packyard_cli.parser import build_parser
+
+    args = build_parser().parse_args(
+        ["sync", "ws-1", "/srv/skills", "--check", "--cache", "/c", "--cache-size", "2M", "--keys", "k.json"]
+    )
+    assert args.handler is cmd_sync
+    assert (args.workspace_arg, args.directory, args.check, args.cache, args.cache_size, args.keys) == (
+        "ws-1",
+        "/srv/skills",
+        True,
+        "/c",
+        2 << 20,
+        "k.json",
+    )
