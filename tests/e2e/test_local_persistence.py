@@ -28,6 +28,7 @@ from tests.e2e.helpers import ROOT, START_TIMEOUT, Cli, Stack, base_env, write_s
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
+LOCAL = (sys.executable, "-m", "packyard_cli", "local")
 DEATH_TIMEOUT = 90.0  # how long a stack may take to reach its exit point once the request that leads there is made
 
 
@@ -173,6 +174,16 @@ def test_a_restart_keeps_a_published_installed_and_approved_package(tmp_path: Pa
         assert verified["SignatureValid"] is True
         # the banner says what was loaded
         assert "kept across restarts" in second.log_text()
+        # and no second stack starts on the same data while this one runs
+        refused = subprocess.run(
+            [*LOCAL, "--api-port", "0", "--aws-port", "0", "--data", str(tmp_path / "data")],
+            cwd=ROOT,
+            env=base_env(tmp_path / "other-state"),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 1 and "used by another running local stack" in refused.stderr, refused.stderr
 
         # And the restarted stack goes on working, and keeps that too
         write_skill(folder, "v2")
