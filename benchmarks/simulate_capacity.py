@@ -45,6 +45,10 @@ PRICE = {
     "lambda_request": 0.20 / 1e6,
     "lambda_gb_second": 0.0000133334,  # arm64
     "apigw_request": 1.00 / 1e6,  # HTTP API, first 300 million a month
+    # KMS (https://aws.amazon.com/kms/pricing/): $1 a month per customer managed key, asymmetric included; a request
+    # on an ECC key (the release signing key's Sign) at the asymmetric rate, $0.15 per 10,000 (before the free tier)
+    "kms_key_month": 1.00,
+    "kms_asymmetric_request": 0.15 / 10_000,
 }
 # Duration assumed per warm invocation on AWS (not measurable here): (memory GB, seconds)
 DURATION = {"VerifyFunction": (1.0, 0.05), "default": (0.5, 0.04)}
@@ -103,6 +107,7 @@ class Flow:
     wru: float = 0.0
     rru: float = 0.0
     s3: Counter[str] = field(default_factory=Counter)
+    kms: Counter[str] = field(default_factory=Counter)  # operation -> requests (release signing)
     executions: int = 0
     transitions: int = 0
     lambdas: Counter[str] = field(default_factory=Counter)
@@ -116,6 +121,7 @@ class Flow:
             "wru": self.wru,
             "rru": self.rru,
             "s3": dict(self.s3),
+            "kms": dict(self.kms),
             "executions": self.executions,
             "transitions": self.transitions,
             "lambdas": dict(self.lambdas),
@@ -277,6 +283,9 @@ def account(flow: Flow, calls: list[tuple[str, str, dict[str, Any]]], client: An
         if service == "s3":
             flow.s3[operation] += 1
             continue
+        if service == "kms":
+            flow.kms[operation] += 1
+            continue
         if service != "dynamodb":
             continue
         flow.dynamodb[operation] += 1
@@ -325,6 +334,7 @@ def cost(flow: dict[str, Any]) -> dict[str, float]:
         "Step Functions": flow["transitions"] * PRICE["sfn_transition"],
         "Lambda": invocations * PRICE["lambda_request"] + gb_seconds * PRICE["lambda_gb_second"],
         "API Gateway": flow["api_requests"] * PRICE["apigw_request"],
+        "KMS": sum(flow.get("kms", {}).values()) * PRICE["kms_asymmetric_request"],
     }
 
 
@@ -460,7 +470,7 @@ def report(flows: dict[str, dict[str, Any]], day: Day) -> None:
     print("\n  Cost per 1,000 (USD, us-east-1 list prices; Lambda at an assumed 40-50 ms per warm invocation):")
     print(
         f"  {'':<30}"
-        + "".join(f"{k:>15}" for k in ("DynamoDB", "S3", "Step Functions", "Lambda", "API Gateway", "total"))
+        + "".join(f"{k:>15}" for k in ("DynamoDB", "S3", "Step Functions", "Lambda", "API Gateway", "KMS", "total"))
     )
     for name in ("publish (new content)", "install lifecycle", "update lifecycle", "uninstall lifecycle"):
         parts = cost(flows[name])
@@ -541,6 +551,7 @@ def idle_cost() -> dict[str, float]:
         if r["Type"] == "AWS::Serverless::Function" and "SnapStart" in r["Properties"]
     )
     alarms = sum(1 for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm")
+    keys = sum(1 for r in resources.values() if r["Type"] == "AWS::KMS::Key")
     duration = DURATION["default"][1]
     return {
         f"Step Functions: {runs:,.0f} runs x {2 + 3 * shards} transitions = {transitions:,.0f}": transitions
@@ -552,6 +563,7 @@ def idle_cost() -> dict[str, float]:
         * SECONDS_A_MONTH
         * SNAPSTART_CACHE_GB_SECOND,
         f"CloudWatch: {alarms} alarms": alarms * ALARM_A_MONTH,
+        f"KMS: {keys} key(s) (the release signing key)": keys * PRICE["kms_key_month"],
     }
 
 
