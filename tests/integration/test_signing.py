@@ -202,3 +202,27 @@ def test_a_publish_crashing_at_any_call_stores_one_envelope_that_verifies(acme, 
         if not plan.crashed:
             break
     assert k > 5, "publish made suspiciously few AWS calls"
+
+
+def test_only_the_publish_function_may_sign_and_the_key_is_p256_sign_verify() -> None:
+    """The template, read as the local stack reads it: one ECC_NIST_P256 SIGN_VERIFY key, its key policy grants
+    kms:Sign only under a condition naming the publish role, and no role but PublishFunction's allows kms:Sign."""
+    import devstack
+
+    resources = devstack.load_template(devstack.DEFAULT_TEMPLATE)["Resources"]
+    key = resources["ReleaseSigningKey"]["Properties"]
+    assert (key["KeySpec"], key["KeyUsage"]) == ("ECC_NIST_P256", "SIGN_VERIFY")
+    signing_statements = [s for s in key["KeyPolicy"]["Statement"] if "kms:Sign" in s["Action"]]
+    (only,) = signing_statements
+    assert "PublishFunctionRole" in json.dumps(only["Condition"])
+
+    def actions(resource: dict) -> set[str]:  # type: ignore[type-arg]
+        statements = [s for p in resource["Properties"].get("Policies", []) for s in p.get("Statement", [])]
+        return {a for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+
+    signers = sorted(
+        name
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::Serverless::Function" and "kms:Sign" in actions(resource)
+    )
+    assert signers == ["PublishFunction"]
