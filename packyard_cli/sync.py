@@ -180,7 +180,23 @@ def read_resolved(client: Client, workspace: str) -> list[ReleaseRef]:
         found.extend(ReleaseRef.of(item) for item in page.get("items") or [])
         cursor = page.get("nextCursor")
         if not cursor:
+            for release in found:
+                _check_folder_name(release.installation_id)
             return sorted(found, key=lambda r: r.installation_id)
+
+
+def _check_folder_name(installation_id: str) -> None:
+    """An installation id is a folder name of ``DIR``: one segment, never ``..`` nor a dot name (the service's own
+    rule). An answer naming anything else is refused before anything is written."""
+    from packyard_cli.rules import INSTALLATION_ID
+
+    if not INSTALLATION_ID.fullmatch(installation_id):
+        raise SyncError(
+            "the resolved view names an installation sync cannot make a folder of",
+            code="sync_unsafe_name",
+            detail=f"installation id {installation_id[:80]!r} is not an installation id. Nothing was changed.",
+            exit_code=EXIT_REFUSED,
+        )
 
 
 def _client(client: Client | None, endpoint: str | None, token: str | None) -> Client:
@@ -572,6 +588,8 @@ def check_workspace(
     except FileNotFoundError:
         result.drift.extend(Drift(r.installation_id, "", "missing", "the sync folder does not exist") for r in releases)
         return result
+    except OSError as exc:  # a link (ELOOP) or not a folder
+        raise _failure(exc, target) from exc
     try:
         unsafe: list[UnsafeFolder] = []
         tree = _by_installation(scan(root_fd, unsafe=unsafe))
@@ -589,6 +607,8 @@ def check_workspace(
             data = _recorded_manifest(root_fd, release) or cache.read_bytes(release.manifest_digest, MANIFEST_LIMIT)
             manifest = _manifest_of(data or download_manifest(api, release, MANIFEST_LIMIT))
             result.checked_files += _check_installation(root_fd, release.installation_id, manifest, on_disk, result)
+    except OSError as exc:  # changed while it was read (a folder swapped for a link): said, not a traceback
+        raise _failure(exc, target) from exc
     finally:
         os.close(root_fd)
     return result

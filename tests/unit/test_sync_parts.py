@@ -157,3 +157,46 @@ def test_the_parser_takes_every_sync_option() -> None:
         2 << 20,
         "k.json",
     )
+
+
+class _ResolvedOnly:
+    """A client whose only answer is one page of a resolved view (sync asks nothing else before it refuses)."""
+
+    def __init__(self, items: list[dict[str, object]]) -> None:
+        self.items = items
+
+    def request(self, method: str, path: str, **kwargs: object) -> object:
+        from packyard_cli.client import Reply
+
+        assert (method, path.rsplit("/", 1)[-1]) == ("GET", "resolved")
+        return Reply(200, {}, {"workspace": "ws", "items": self.items, "nextCursor": None})
+
+
+@pytest.mark.parametrize("hostile", ["../escape", ".packyard", "a/b", "", "UPPER"])
+def test_an_installation_id_that_is_no_folder_name_is_refused_before_anything_is_written(
+    tmp_path: Path, hostile: str
+) -> None:
+    from packyard_cli.sync import SyncError, sync_workspace
+
+    item = {
+        "installationId": hostile,
+        "package": "p",
+        "release": "1.0.0",
+        "manifestDigest": "0" * 64,
+        "manifestUrl": "http://127.0.0.1:9/m",
+        "archive": {"sha256": "0" * 64, "size": 1, "url": "http://127.0.0.1:9/a"},
+    }
+    with pytest.raises(SyncError) as refused:
+        sync_workspace("ws", tmp_path / "dir", client=_ResolvedOnly([item]), cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+    assert refused.value.code == "sync_unsafe_name"
+    assert not (tmp_path / "dir").exists() and not (tmp_path / "escape").exists()
+
+
+def test_check_of_a_folder_that_is_a_link_says_so(tmp_path: Path) -> None:
+    from packyard_cli.sync import SyncError, check_workspace
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    with pytest.raises(SyncError) as refused:
+        check_workspace("ws", tmp_path / "alias", client=_ResolvedOnly([]), cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+    assert refused.value.code == "sync_link"
