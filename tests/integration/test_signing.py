@@ -226,3 +226,27 @@ def test_only_the_publish_function_may_sign_and_the_key_is_p256_sign_verify() ->
         if resource["Type"] == "AWS::Serverless::Function" and "kms:Sign" in actions(resource)
     )
     assert signers == ["PublishFunction"]
+
+
+def test_kms_itself_verifies_the_envelope_signature_over_the_pae(acme, stack) -> None:
+    """A second verifier as the oracle: KMS's own Verify (moto's, with the key's private half) accepts the stored
+    signature over the PAE bytes our verifier checks, and refuses it over the bare payload."""
+    from packyard.publishing import attestation
+
+    _published(acme, "hello", "1.0.0", b"# hello\n")
+    envelope = attestation.parse_envelope(_envelope(acme, "hello", "1.0.0"))
+    kms = boto3.client("kms", region_name=stack.region)
+
+    def valid(message: bytes) -> bool:
+        return bool(
+            kms.verify(
+                KeyId=stack.keys["ReleaseSigningKey"],
+                Message=message,
+                MessageType="RAW",
+                Signature=envelope.signatures[0].sig,
+                SigningAlgorithm="ECDSA_SHA_256",
+            )["SignatureValid"]
+        )
+
+    assert valid(envelope.signed_bytes())
+    assert not valid(envelope.payload)
