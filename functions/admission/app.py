@@ -30,21 +30,32 @@ from packyard.errors import (
     VersionRequired,
 )
 from packyard.observability import HTTP_CORRELATION, lambda_entry
-from packyard.operations import admission, preview
+from packyard.operations import admission, preview, waiting
 from packyard.operations.drafting import OperationRequest
-from packyard.operations.models import Action, ChangeRequest, InstallRequest, PromoteRequest
+from packyard.operations.models import Action, ChangeRequest, InstallRequest, Operation, PromoteRequest
+from packyard.workspaces import queries
 
 app = build_resolver()
 
 IdempotencyKey = Annotated[str | None, Header(alias="idempotency-key", description="1-255 printable ASCII")]
 IfMatch = Annotated[str | None, Header(alias="if-match", description='The installation version, e.g. "3"')]
+PreferWait = Annotated[
+    str | None,
+    Header(
+        alias="prefer",
+        description=(
+            "RFC 7240 `wait=N` (seconds, up to 20): answer once the operation comes to rest or N passes, "
+            "200 when it settled, 202 while it runs; `Preference-Applied` says the wait applied"
+        ),
+    ),
+]
 Workspace = Annotated[str, Path()]
 InstallationId = Annotated[str, Path()]
 OptionalChange = Annotated[ChangeRequest | None, Body(description='optional, e.g. {"origin": "workflow"}')]
 
 ADMITTED = {
-    202: ("Admitted: the operation runs; poll Location", OperationView),
-    200: ("Replayed or already settled: the operation as it stands", OperationView),
+    202: ("Admitted: the operation runs; read Location (with ?wait=N to wait for it)", OperationView),
+    200: ("Replayed, already settled, or settled within Prefer: wait=N: the operation as it stands", OperationView),
 }
 ADMISSION_ERRORS = (
     InvalidRequest,
@@ -70,12 +81,21 @@ def _admit(
     body: OperationRequest,
     idempotency_key: str | None,
     if_match: str | None,
+    prefer: str | None,
 ) -> Response[OperationView]:
     op = admission.admit(
         authorize(app), workspace, installation_id, action, body, idempotency_key=idempotency_key, if_match=if_match
     )
-    location = f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"
-    return json_response(202 if op.in_flight else 200, OperationView.of(op), headers={"Location": location})
+    headers = {"Location": f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"}
+    wait = waiting.preferred_wait(prefer)
+    if wait is not None and op.in_flight:
+        op = waiting.until_at_rest(op, lambda: _reread(op), waiting.budget(wait, app.lambda_context)).operation
+        headers["Preference-Applied"] = f"wait={wait}"
+    return json_response(202 if op.in_flight else 200, OperationView.of(op), headers=headers)
+
+
+def _reread(op: Operation) -> Operation:
+    return queries.get_operation(op.tenant, op.workspace, op.operation_id)
 
 
 @app.put(
@@ -99,8 +119,9 @@ def put_installation(
     request: Annotated[InstallRequest, Body(openapi_examples=examples.PUT_INSTALLATION_REQUEST)],
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
+    prefer: PreferWait = None,
 ) -> Response[OperationView]:
-    return _admit(Action.PUT, workspace, installation_id, request, idempotency_key, if_match)
+    return _admit(Action.PUT, workspace, installation_id, request, idempotency_key, if_match, prefer)
 
 
 @app.delete(
@@ -120,8 +141,11 @@ def delete_installation(
     request: OptionalChange = None,
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
+    prefer: PreferWait = None,
 ) -> Response[OperationView]:
-    return _admit(Action.DELETE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
+    return _admit(
+        Action.DELETE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match, prefer
+    )
 
 
 @app.post(
@@ -138,8 +162,11 @@ def rollback_installation(
     request: OptionalChange = None,
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
+    prefer: PreferWait = None,
 ) -> Response[OperationView]:
-    return _admit(Action.ROLLBACK, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
+    return _admit(
+        Action.ROLLBACK, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match, prefer
+    )
 
 
 @app.post(
@@ -159,9 +186,12 @@ def archive_installation(
     request: OptionalChange = None,
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
+    prefer: PreferWait = None,
 ) -> Response[OperationView]:
     """Archive: off the installation limits, its release still referenced; restore brings it back."""
-    return _admit(Action.ARCHIVE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
+    return _admit(
+        Action.ARCHIVE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match, prefer
+    )
 
 
 @app.post(
@@ -180,9 +210,12 @@ def restore_installation(
     request: OptionalChange = None,
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
+    prefer: PreferWait = None,
 ) -> Response[OperationView]:
     """Restore an archived installation: limits and grants are checked again."""
-    return _admit(Action.RESTORE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match)
+    return _admit(
+        Action.RESTORE, workspace, installation_id, request or ChangeRequest(), idempotency_key, if_match, prefer
+    )
 
 
 @app.post(
@@ -202,9 +235,10 @@ def promote_installation(
     request: Annotated[PromoteRequest, Body()],
     idempotency_key: IdempotencyKey = None,
     if_match: IfMatch = None,
+    prefer: PreferWait = None,
 ) -> Response[OperationView]:
     """Widen the scope (e.g. task to workspace); grants above their ceiling are asked consent for again."""
-    return _admit(Action.PROMOTE, workspace, installation_id, request, idempotency_key, if_match)
+    return _admit(Action.PROMOTE, workspace, installation_id, request, idempotency_key, if_match, prefer)
 
 
 @app.post(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Path
+from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from packyard.api import examples
 from packyard.api.principal import authorize
@@ -19,11 +19,20 @@ from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound
 from packyard.installations.models import etag
 from packyard.observability import HTTP_CORRELATION, lambda_entry
+from packyard.operations import waiting
 from packyard.workspaces import queries, usage
 
 app = build_resolver()
 
 READ_ERRORS = (InvalidRequest, NotFound)
+WaitSeconds = Annotated[
+    int | None,
+    Query(
+        ge=1,
+        le=waiting.MAX_WAIT_SECONDS,
+        description="seconds (1-20) to wait for the operation to come to rest before answering",
+    ),
+]
 
 
 @app.get(
@@ -69,7 +78,11 @@ def get_installation(
     "/v1/workspaces/<workspace>/operations/<operation_id>",
     operation_id="getOperation",
     summary="Read an operation",
-    description="An operation's state and, once settled, its outcome (`succeeded`, `refused` or `unconfirmed`).",
+    description=(
+        "An operation's state and, once settled, its outcome (`succeeded`, `refused` or `unconfirmed`). With "
+        "`wait=N` the answer waits up to N seconds for the operation to come to rest (`settled`, `awaiting_consent` "
+        "or `pending`) and answers at once when it does: no polling."
+    ),
     tags=["installations"],
     **contract(
         Permission.READ_WORKSPACES,
@@ -78,8 +91,17 @@ def get_installation(
         examples={200: {**examples.OPERATION_AWAITING_CONSENT, **examples.OPERATION_SUCCEEDED}},
     ),
 )
-def get_operation(workspace: Annotated[str, Path()], operation_id: Annotated[str, Path()]) -> OperationView:
-    return OperationView.of(queries.get_operation(authorize(app).tenant, workspace, operation_id))
+def get_operation(
+    workspace: Annotated[str, Path()], operation_id: Annotated[str, Path()], wait: WaitSeconds = None
+) -> OperationView:
+    tenant = authorize(app).tenant
+    op = queries.get_operation(tenant, workspace, operation_id)
+    if wait is not None:
+        seconds = waiting.budget(wait, app.lambda_context)
+        op = waiting.until_at_rest(
+            op, lambda: queries.get_operation(tenant, workspace, operation_id), seconds
+        ).operation
+    return OperationView.of(op)
 
 
 @app.get(
