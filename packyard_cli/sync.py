@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packyard_cli.client import EXIT_CONFLICT, EXIT_ERROR, EXIT_REFUSED, Client, CliError, segment
+from packyard_cli.client import EXIT_CONFLICT, EXIT_ERROR, EXIT_REFUSED, EXIT_UNAVAILABLE, Client, CliError, segment
 from packyard_cli.sync_cache import DEFAULT_MAX_BYTES, FileCache, default_cache_dir
 from packyard_cli.sync_disk import (
     DEFAULT_FILE_MODE,
@@ -183,6 +183,20 @@ def read_resolved(client: Client, workspace: str) -> list[ReleaseRef]:
             for release in found:
                 _check_folder_name(release.installation_id)
             return sorted(found, key=lambda r: r.installation_id)
+
+
+def _fresh(client: Client, workspace: str, release: ReleaseRef) -> ReleaseRef:
+    """The same release with the view's new download URLs; if the workspace moved on meanwhile, a retryable
+    error (the next run syncs what it says then)."""
+    for again in read_resolved(client, workspace):
+        if again.installation_id == release.installation_id and again.manifest_digest == release.manifest_digest:
+            return again
+    raise SyncError(
+        "the workspace changed while sync ran",
+        code="sync_view_changed",
+        detail=f"{release.label} is no longer what the resolved view says; run sync again",
+        exit_code=EXIT_UNAVAILABLE,
+    )
 
 
 def _check_folder_name(installation_id: str) -> None:
@@ -541,7 +555,14 @@ def sync_workspace(
                     if manifest_data is not None and _matches(on_disk, _manifest_of(manifest_data)):
                         result.unchanged.append(release.installation_id)
                         continue
-                installer.install(release)
+                try:
+                    installer.install(release)
+                except CliError as refused:
+                    if refused.status != 403 or isinstance(refused, SyncError):
+                        raise
+                    # the view's presigned URLs last minutes (download_url_ttl_seconds): a long sync outlives
+                    # them; read the view again for fresh ones, once
+                    installer.install(_fresh(api, workspace, release))
                 (result.updated if on_disk is not None else result.added).append(release.installation_id)
                 place.save(workspace)
             for name in names(place.root_fd):

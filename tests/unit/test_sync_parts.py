@@ -200,3 +200,57 @@ def test_check_of_a_folder_that_is_a_link_says_so(tmp_path: Path) -> None:
     with pytest.raises(SyncError) as refused:
         check_workspace("ws", tmp_path / "alias", client=_ResolvedOnly([]), cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
     assert refused.value.code == "sync_link"
+
+
+class _ExpiringApi:
+    """A resolved view of one real package (built here) whose download URLs expire after their first view: the
+    first view's archive URL answers 403, as S3 answers an expired presigned URL."""
+
+    def __init__(self) -> None:
+        import json
+
+        from packyard_cli.build import build_from_files
+
+        self.built = build_from_files({"SKILL.md": b"# hi\n", "src/a.py": b"print(1)\n"}, modes={"src/a.py": 0o755})
+        self.manifest = json.dumps(self.built.manifest, sort_keys=True, separators=(",", ":")).encode()
+        self.views = 0
+        self.downloads: list[str] = []
+
+    def request(self, method: str, path: str, **kwargs: object) -> object:
+        from packyard_cli.client import Reply
+
+        self.views += 1
+        item = {
+            "installationId": "hi",
+            "package": "hi",
+            "release": "1.0.0",
+            "manifestDigest": hashlib.sha256(self.manifest).hexdigest(),
+            "manifestUrl": f"https://s3/manifest?view={self.views}",
+            "archive": {
+                "sha256": self.built.archive_sha256,
+                "size": self.built.archive_size,
+                "url": f"https://s3/archive?view={self.views}",
+            },
+        }
+        return Reply(200, {}, {"workspace": "ws", "items": [item], "nextCursor": None})
+
+    def download(self, url: str, chunk_size: int = 1 << 16) -> object:
+        from packyard_cli.client import CliError
+
+        self.downloads.append(url)
+        if url == "https://s3/archive?view=1":
+            raise CliError("the download was refused by storage", code="http_403", status=403)
+        yield self.manifest if "manifest" in url else self.built.archive
+
+
+def test_a_download_url_that_expired_during_a_sync_is_fetched_again_from_a_fresh_view(tmp_path: Path) -> None:
+    from packyard_cli.sync import sync_workspace
+
+    api = _ExpiringApi()
+    result = sync_workspace("ws", tmp_path / "dir", client=api, cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+
+    assert result.added == ["hi"]
+    assert api.views == 2
+    assert api.downloads == ["https://s3/manifest?view=1", "https://s3/archive?view=1", "https://s3/archive?view=2"]
+    assert (tmp_path / "dir/hi/src/a.py").read_bytes() == b"print(1)\n"
+    assert (tmp_path / "dir/hi/src/a.py").stat().st_mode & 0o777 == 0o755
