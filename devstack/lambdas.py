@@ -36,7 +36,7 @@ from typing import Any
 from moto.awslambda.models import LambdaBackend
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
-from devstack import counting, limits, moto_fixes
+from devstack import counting, limits, moto_fixes, moto_speed
 from devstack.template import ROOT, FunctionSpec, Stack
 
 _PATCHED_CLASSES: tuple[type, ...] = (LambdaBackend, LambdaSimpleBackend)
@@ -99,8 +99,9 @@ def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> N
     """Patch moto's Lambda backends (idempotent) and register the stack's functions plus ``extra`` ones. Also
     applies :mod:`devstack.moto_fixes` (flat memory, transactions without table copies): every local runtime
     installs the dispatcher, so every one gets them. And :mod:`devstack.limits` (AWS's payload, concurrency and
-    history limits), for the same reason."""
+    history limits), for the same reason. And :mod:`devstack.moto_speed` (moto's costs that made the stack CPU-bound)."""
     moto_fixes.install()
+    moto_speed.install()
     limits.install()
     with _lock:
         for cls in _PATCHED_CLASSES:
@@ -121,6 +122,7 @@ def uninstall() -> None:
         _modules.clear()
         _invocations.clear()
     limits.uninstall()
+    moto_speed.uninstall()
     moto_fixes.uninstall()
 
 

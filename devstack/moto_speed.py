@@ -1,0 +1,253 @@
+"""Costs of moto's that made the local stack CPU-bound, removed without changing what moto answers.
+
+Profiled under the load benchmark (``benchmarks/bench_local_stack.py``; docs/decisions.md, "Local stack throughput"):
+an installation lifecycle cost about 255 ms of the stack's CPU, all under one GIL, so 16 clients got no more done
+than one. These costs are moto's own and none is part of what AWS does:
+
+**DynamoDB answers went through moto's generic serializer attribute by attribute.** moto 5.2 serializes every
+response by walking the botocore output shape and, for each member of each structure, asking six alias providers
+where the value might be (``moto.core.serialize.AttributePicker``). A DynamoDB ``AttributeValue`` is a structure of
+ten members of which one is set, so each attribute of each item costs ten such searches, nested maps and lists
+again: 12 ms for a 3 KB ``GetItem`` answer, about 30% of the stack's CPU. :class:`DynamoJSONSerializer` writes an
+``AttributeValue`` (a plain dict by then: moto's ``DynamoResult`` has turned its ``DynamoType`` objects into one)
+straight from its one key, with moto's own rules for each type (strings ``str``, blobs base64, sets and lists item
+by item, maps recursively); any other value goes the generic way. ``tests/unit/test_moto_speed.py`` checks it gives
+the same bytes as moto's serializer.
+
+**Every execution re-parsed its state machine.** moto's execution worker runs ANTLR over the ASL definition each
+time an execution starts (about 11% of the CPU): the parse tree of a definition is now kept (a definition's text is
+its key; a bounded cache) and only the preprocessing into evaluation components, which holds per-program objects,
+runs per execution, as before.
+
+**Every Lambda task made a new boto3 client.** moto's ``boto_client_for`` builds a client (endpoint resolution,
+service model, event handlers) for each Task state it runs (about 4%); it is now made once per region, service and
+moto port and shared, as botocore clients may be across threads.
+
+**Every request looked up what never changes.** moto's server listed its own package directory on disk to find
+the service a request is for (``moto.backends.list_of_moto_modules``: a ``listdir`` and some 150 ``isdir`` calls per
+request), inspected the response class for its method names (``method_names_from_class``, ``inspect.getmembers``)
+and, for each EventBridge event matched to a rule, compiled the rule's JSONPath input paths again (``jsonpath_ng``'s
+parser). The first is computed once, the other two are kept per class and per expression.
+
+Installed by :func:`devstack.lambdas.install` (every local runtime), removed by :func:`devstack.lambdas.uninstall`.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from moto.core import serialize as moto_serialize
+from moto.stepfunctions.parser.asl.parse import asl_parser
+from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
+from moto.stepfunctions.parser.asl.utils import boto_client
+
+_installed: dict[str, Any] = {}
+
+# ------------------------------------------------------------------ DynamoDB AttributeValue serialization
+
+_STRINGS = frozenset({"S", "N"})
+_STRING_SETS = frozenset({"SS", "NS"})
+_FLAGS = frozenset({"NULL", "BOOL"})
+
+
+def _string(value: Any) -> Any:
+    """moto's JSON ``_serialize_type_string``."""
+    if isinstance(value, Enum):
+        value = value.value
+    return str(value) if value not in [None, {}, []] else value
+
+
+def _blob(value: Any) -> str:
+    """moto's ``_serialize_type_blob`` (``ResponseSerializer._base64``)."""
+    if isinstance(value, str):
+        value = value.encode("utf-8")
+    return base64.b64encode(value).strip().decode("utf-8")
+
+
+class DynamoJSONSerializer(moto_serialize.JSONSerializer):
+    """moto's JSON serializer, with ``AttributeValue`` dicts written directly (same output, a fraction of the work)."""
+
+    def _serialize_type_structure(self, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if key and shape.name == "AttributeValue" and isinstance(value, dict):
+            serialized[key] = self._attribute_value(value, shape)
+            return
+        super()._serialize_type_structure(serialized, value, shape, key)
+
+    def _attribute_value(self, value: dict[str, Any], shape: Any) -> Any:
+        out: dict[str, Any] = {}
+        for name in value if len(value) == 1 else shape.members:
+            member = value.get(name)
+            if member is None or name not in shape.members:
+                continue
+            if name in _STRINGS:
+                out[name] = _string(member)
+            elif name in _FLAGS:
+                out[name] = member
+            elif name == "B":
+                out[name] = _blob(member)
+            elif name in _STRING_SETS:
+                out[name] = [_string(item) for item in member]
+            elif name == "BS":
+                out[name] = [_blob(item) for item in member]
+            elif name == "M":
+                out[name] = {k: self._nested(v, shape) for k, v in member.items() if v is not None}
+            else:  # "L"
+                out[name] = [self._nested(item, shape) if item is not None else None for item in member]
+        return out
+
+    def _nested(self, value: Any, shape: Any) -> Any:
+        if isinstance(value, dict):
+            return self._attribute_value(value, shape)
+        wrapper: dict[str, Any] = {}  # not a plain dict: moto's generic way
+        moto_serialize.JSONSerializer._serialize_type_structure(self, wrapper, value, shape, "value")
+        return wrapper.get("value")
+
+
+def _install_serializer() -> None:
+    specific = moto_serialize.SERVICE_SPECIFIC_SERIALIZERS
+    _installed["serializer"] = specific.get("dynamodb")
+    specific["dynamodb"] = {**(specific.get("dynamodb") or {}), "json": DynamoJSONSerializer}
+
+
+def _uninstall_serializer() -> None:
+    previous = _installed.pop("serializer", None)
+    if previous is None:
+        moto_serialize.SERVICE_SPECIFIC_SERIALIZERS.pop("dynamodb", None)
+    else:
+        moto_serialize.SERVICE_SPECIFIC_SERIALIZERS["dynamodb"] = previous
+
+
+# ------------------------------------------------------------------ ASL parse trees
+
+PARSE_TREES_KEPT = 64
+_trees: OrderedDict[str, Any] = OrderedDict()
+_trees_lock = threading.Lock()
+
+
+def _parse_keeping_trees(original: Callable[[str], tuple[Any, Any]]) -> Callable[[str], tuple[Any, Any]]:
+    def parse(definition: str) -> tuple[Any, Any]:
+        with _trees_lock:
+            tree = _trees.get(definition)
+            if tree is not None:
+                _trees.move_to_end(definition)
+        if tree is None:
+            program, tree = original(definition)  # a syntax error raises here, as before, and is not kept
+            with _trees_lock:
+                _trees[definition] = tree
+                while len(_trees) > PARSE_TREES_KEPT:
+                    _trees.popitem(last=False)
+            return program, tree
+        return Preprocessor().visit(tree), tree  # fresh evaluation components for each execution
+
+    return parse
+
+
+def _install_parse_cache() -> None:
+    parser_class = asl_parser.AmazonStateLanguageParser
+    _installed["parse"] = parser_class.__dict__["parse"]
+    parser_class.parse = staticmethod(_parse_keeping_trees(_installed["parse"].__func__))  # type: ignore[method-assign]
+
+
+def _uninstall_parse_cache() -> None:
+    asl_parser.AmazonStateLanguageParser.parse = _installed.pop("parse")  # type: ignore[method-assign]
+    with _trees_lock:
+        _trees.clear()
+
+
+# ------------------------------------------------------------------ Step Functions' AWS clients
+
+_clients: dict[tuple[Any, ...], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _shared_clients(original: Callable[..., Any]) -> Callable[..., Any]:
+    def client_for(region: str, service: str, state_credentials: Any = None) -> Any:
+        # what moto's own function reads to pick the endpoint (state_credentials it ignores)
+        key = (region, service, boto_client.botocore_stubber.enabled, boto_client.moto_server_port())
+        with _clients_lock:
+            found = _clients.get(key)
+            if found is None:
+                found = _clients[key] = original(region, service, state_credentials)
+            return found
+
+    client_for.__doc__ = "moto's boto_client_for, one client per region, service and endpoint (devstack)"
+    return client_for
+
+
+def _install_shared_clients() -> None:
+    original = boto_client.boto_client_for
+    _installed["boto_client_for"] = original
+    shared = _installed["shared_client_for"] = _shared_clients(original)
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("moto.stepfunctions.") and (
+            getattr(module, "boto_client_for", None) is original
+        ):
+            module.boto_client_for = shared  # type: ignore[attr-defined]
+
+
+def _uninstall_shared_clients() -> None:
+    original, shared = _installed.pop("boto_client_for"), _installed.pop("shared_client_for")
+    for module in list(sys.modules.values()):
+        if getattr(module, "boto_client_for", None) is shared:
+            module.boto_client_for = original  # type: ignore[attr-defined]
+    with _clients_lock:
+        _clients.clear()
+
+
+# ------------------------------------------------------------------ per-request lookups that never change
+
+
+def _install_static_lookups() -> None:
+    import jsonpath_ng.ext
+    from moto import backends
+    from moto.core import responses
+
+    modules = tuple(backends.list_of_moto_modules())
+    _installed["list_of_moto_modules"] = backends.list_of_moto_modules
+    backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
+
+    method_names = responses.method_names_from_class
+    _installed["method_names_from_class"] = method_names
+    responses.method_names_from_class = functools.lru_cache(maxsize=256)(method_names)  # type: ignore[assignment]
+
+    _installed["jsonpath_parse"] = jsonpath_ng.ext.parse
+    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
+
+
+def _uninstall_static_lookups() -> None:
+    import jsonpath_ng.ext
+    from moto import backends
+    from moto.core import responses
+
+    backends.list_of_moto_modules = _installed.pop("list_of_moto_modules")
+    responses.method_names_from_class = _installed.pop("method_names_from_class")
+    jsonpath_ng.ext.parse = _installed.pop("jsonpath_parse")
+
+
+# ------------------------------------------------------------------ install
+
+
+def install() -> None:
+    """Apply them all (idempotent)."""
+    if _installed:
+        return
+    _install_serializer()
+    _install_parse_cache()
+    _install_shared_clients()
+    _install_static_lookups()
+
+
+def uninstall() -> None:
+    if not _installed:
+        return
+    _uninstall_static_lookups()
+    _uninstall_shared_clients()
+    _uninstall_parse_cache()
+    _uninstall_serializer()

@@ -1,0 +1,166 @@
+"""In-process transport: an AWS request this process makes to its own moto server goes to the server's WSGI app
+directly, not through a socket.
+
+The local stack's handlers, and moto's Step Functions interpreter, reach moto over HTTP at ``AWS_ENDPOINT_URL``
+(:mod:`devstack.local`), the moto server being a thread of this same process. Profiled under load (docs/decisions.md,
+"Local stack throughput"), that loopback cost a fifth of the stack's CPU and most of its threads: urllib3's
+connection pool (10 connections a client; 16 clients' requests overflowed it, and each extra connection was a new
+socket and a new server thread), werkzeug's HTTP parsing and writing, a thread per connection on the server.
+
+Here a botocore ``before-send`` hook (the way moto's own in-process mock, ``BotocoreStubber``, answers botocore)
+takes a request addressed to the moto server's host and port, builds the WSGI environ werkzeug's server would
+build from it (moto's ``MotoRequestHandler`` included: ``x-amz-meta-*`` header names keep their underscores) and calls
+the very app the server runs (so a wrapper around it, :mod:`devstack.persistence`'s journal, sees every request
+either way). Everything else is as before: botocore serializes, signs and parses; moto parses, dispatches, runs its
+backends and serializes. Requests from anywhere else (the CLI, presigned URLs, another process) still arrive over
+HTTP.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from botocore.awsrequest import AWSResponse
+from botocore.handlers import BUILTIN_HANDLERS
+from moto.core.botocore_stubber import MockRawResponse
+from moto.core.request import (
+    PRESERVED_HEADER_NAMES_ENVIRON_KEY,
+    environ_key_for_header,
+    should_preserve_original_header_name,
+)
+
+_lock = threading.Lock()
+_HOOK_ID = "devstack-in-process-transport"
+_apps: dict[str, Any] = {}  # "host:port" -> the WSGI app the moto server at that address runs
+
+
+def _latin1(text: str) -> str:
+    """WSGI's "bytes as latin-1" strings (werkzeug's ``_wsgi_encoding_dance``)."""
+    return text.encode("utf-8").decode("latin-1")
+
+
+def _body(body: Any) -> bytes:
+    if body is None:
+        return b""
+    if isinstance(body, bytes | bytearray):
+        return bytes(body)
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    if hasattr(body, "read"):  # a file or botocore's (aws-chunked) stream: what the socket would have carried
+        data = body.read()
+        return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    return b"".join(body)  # an iterable of chunks
+
+
+def environ_for(request: Any, netloc: str) -> dict[str, Any]:
+    """The environ werkzeug's server (with moto's ``MotoRequestHandler``) builds for this request."""
+    url = urlsplit(request.url)
+    target = url.path + (f"?{url.query}" if url.query else "")
+    body = _body(request.body)
+    host, _, port = netloc.rpartition(":")
+    environ: dict[str, Any] = {
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "SERVER_SOFTWARE": "packyard-in-process",
+        "REQUEST_METHOD": request.method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": _latin1(unquote(url.path)),
+        "QUERY_STRING": _latin1(url.query),
+        "REQUEST_URI": _latin1(target),
+        "RAW_URI": _latin1(target),
+        "REMOTE_ADDR": "127.0.0.1",
+        "REMOTE_PORT": 0,
+        "SERVER_NAME": host,
+        "SERVER_PORT": port,
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": netloc,  # what http.client adds on the wire
+    }
+    headers = [(str(name), value.decode("latin-1") if isinstance(value, bytes) else str(value))
+               for name, value in request.headers.items()]
+    preserved: dict[str, str] = {}
+    dashed = {environ_key_for_header(name) for name, _ in headers if "_" not in name}
+    for name, value in headers:
+        value = value.replace("\r\n", "")
+        lower = name.lower()
+        if lower in ("transfer-encoding", "content-length", "host"):
+            continue  # the body is whole here: its length is what it is
+        key = environ_key_for_header(name)
+        if "_" in name:
+            if not should_preserve_original_header_name(name) or key in dashed:
+                continue
+            preserved.setdefault(key, name)
+        if key in environ and key.startswith("HTTP_") and key != "HTTP_HOST":
+            value = f"{environ[key]},{value}"
+        environ[key] = value
+    environ["CONTENT_LENGTH"] = str(len(body))
+    environ[PRESERVED_HEADER_NAMES_ENVIRON_KEY] = preserved
+    return environ
+
+
+def _call(app: Any, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+    answer: dict[str, Any] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        answer["status"], answer["headers"] = status, headers
+        return lambda data: answer.setdefault("written", []).append(data)
+
+    chunks: Iterable[bytes] = app(environ, start_response)
+    try:
+        body = b"".join([*answer.get("written", []), *chunks])
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+    return int(str(answer["status"]).split(" ", 1)[0]), list(answer["headers"]), body
+
+
+def _send_in_process(request: Any = None, **_: Any) -> AWSResponse | None:
+    if request is None or not _apps:
+        return None
+    netloc = urlsplit(request.url).netloc
+    app = _apps.get(netloc)
+    if app is None:
+        return None
+    status, headers, body = _call(app, environ_for(request, netloc))
+    from botocore.compat import HTTPHeaders
+
+    response_headers = HTTPHeaders()
+    for name, value in headers:
+        response_headers[name] = value
+    return AWSResponse(request.url, status, response_headers, MockRawResponse(body))
+
+
+def install(app: Any, host: str, port: int) -> None:
+    """Send this process's botocore requests for ``host:port`` (and ``localhost:port``, moto's own name for its
+    server) to ``app``. Clients created from now on carry the hook."""
+    with _lock:
+        for name in {host, "localhost", "127.0.0.1"}:
+            _apps[f"{name}:{port}"] = app
+        if ("before-send", _send_in_process) not in BUILTIN_HANDLERS:
+            BUILTIN_HANDLERS.append(("before-send", _send_in_process))
+    import boto3
+
+    if boto3.DEFAULT_SESSION is not None:  # made before: its clients to come (moto's Step Functions ones) get it too
+        boto3.DEFAULT_SESSION._session.register("before-send", _send_in_process, unique_id=_HOOK_ID)
+
+
+def uninstall() -> None:
+    """Back to HTTP (clients that carry the hook find no app and send as usual)."""
+    with _lock:
+        _apps.clear()
+        if ("before-send", _send_in_process) in BUILTIN_HANDLERS:
+            BUILTIN_HANDLERS.remove(("before-send", _send_in_process))
+    import boto3
+
+    if boto3.DEFAULT_SESSION is not None:
+        boto3.DEFAULT_SESSION._session.unregister("before-send", unique_id=_HOOK_ID)

@@ -1,0 +1,105 @@
+"""devstack.moto_speed: the faster DynamoDB serializer answers the same bytes as moto's own, and a kept ASL parse tree
+still gives every execution evaluation components of its own."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from moto.core import serialize as moto_serialize
+from moto.core.responses import ActionResult
+from moto.core.utils import get_service_model
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.utilities import dynamo_to_dict
+
+from devstack import moto_speed
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
+numbers = st.integers(-(10**12), 10**12).map(str) | st.decimals(allow_nan=False, allow_infinity=False).map(str)
+scalars = st.one_of(
+    st.text(max_size=20).map(lambda s: {"S": s}),
+    numbers.map(lambda n: {"N": n}),
+    st.binary(max_size=20).map(lambda b: {"B": b}),
+    st.booleans().map(lambda b: {"BOOL": b}),
+    st.just({"NULL": True}),
+    st.lists(st.text(max_size=8), min_size=1, max_size=4, unique=True).map(lambda v: {"SS": v}),
+    st.lists(numbers, min_size=1, max_size=4, unique=True).map(lambda v: {"NS": v}),
+    st.lists(st.binary(max_size=8), min_size=1, max_size=3, unique=True).map(lambda v: {"BS": v}),
+)
+values = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.dictionaries(names, inner, max_size=4).map(lambda m: {"M": m}),
+        st.lists(inner, max_size=4).map(lambda items: {"L": items}),
+    ),
+    max_leaves=12,
+)
+items = st.dictionaries(names, values, min_size=1, max_size=6)
+
+
+def serialized(serializer_class: type[Any], operation: str, result: dict[str, Any]) -> str:
+    model = get_service_model("dynamodb")  # moto's own copy of the botocore model, as its responses use
+    serializer = serializer_class(
+        operation_model=model.operation_model(operation),
+        pretty_print=False,
+        value_picker=moto_serialize.XFormedAttributePicker(response_transformers=None),
+    )
+    # as moto's DynamoResult hands it over: DynamoType objects turned into plain dicts, blobs as bytes
+    body: str = serializer.serialize(ActionResult(dynamo_to_dict(result)).result)["body"]
+    return body
+
+
+def stored(item: dict[str, Any]) -> dict[str, DynamoType]:
+    """An item as moto's table keeps it (DynamoType objects; blobs as the base64 text they arrived as)."""
+    return {name: DynamoType(json.loads(json.dumps(value, default=_base64))) for name, value in item.items()}
+
+
+def _base64(value: bytes) -> str:
+    import base64
+
+    return base64.b64encode(value).decode()
+
+
+@settings(max_examples=150, deadline=None)
+@given(item=items)
+def test_a_get_item_answer_is_the_same_bytes_as_motos(item: dict[str, Any]) -> None:
+    result = {"Item": stored(item)}
+    assert serialized(moto_speed.DynamoJSONSerializer, "GetItem", result) == serialized(
+        moto_serialize.JSONSerializer, "GetItem", result
+    )
+
+
+@settings(max_examples=50, deadline=None)
+@given(found=st.lists(items, max_size=4), unprocessed=st.lists(items, max_size=2))
+def test_batch_get_and_query_answers_are_the_same_bytes_as_motos(
+    found: list[dict[str, Any]], unprocessed: list[dict[str, Any]]
+) -> None:
+    batch = {
+        "Responses": {"table": [stored(i) for i in found]},
+        "UnprocessedKeys": {"table": {"Keys": [stored(i) for i in unprocessed]}} if unprocessed else {},
+        "ConsumedCapacity": [{"TableName": "table", "CapacityUnits": 1.5}],
+    }
+    query = {"Items": [stored(i) for i in found], "Count": len(found), "ScannedCount": len(found)}
+    if found:
+        query["LastEvaluatedKey"] = stored(found[-1])
+    for operation, result in (("BatchGetItem", batch), ("Query", query)):
+        assert serialized(moto_speed.DynamoJSONSerializer, operation, result) == serialized(
+            moto_serialize.JSONSerializer, operation, result
+        )
+
+
+def test_the_local_runtime_answers_dynamodb_with_the_faster_serializer(stack: Any) -> None:
+    assert moto_serialize.get_serializer_class("dynamodb", "json") is moto_speed.DynamoJSONSerializer
+
+
+def test_a_kept_parse_tree_gives_each_execution_its_own_program(stack: Any) -> None:
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    definition = json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "Result": 1, "End": True}}})
+    first_program, first_tree = AmazonStateLanguageParser.parse(definition)
+    second_program, second_tree = AmazonStateLanguageParser.parse(definition)
+    assert second_tree is first_tree  # parsed once
+    assert second_program is not first_program  # preprocessed for each execution
+    assert type(second_program) is type(first_program)
