@@ -227,7 +227,10 @@ class World:
                     objects[key] = image
         elif kind == "sfn":
             execution = record["execution"]
-            self.executions.setdefault(execution["arn"], {}).update(execution)
+            if execution.get("gone"):  # its start failed: it never ran
+                self.executions.pop(execution["arn"], None)
+            else:
+                self.executions.setdefault(execution["arn"], {}).update(execution)
         elif kind == "kms":
             self.keys[record["backend"]] = record["keys"]
 
@@ -271,6 +274,7 @@ class DataDir:
     path: Path
     world: World
     torn_bytes: int = 0  # what the last start found after the last whole record (a write it died in)
+    loaded: dict[str, int] = field(default_factory=dict)  # what this start loaded (summary() before the journal opened)
     _lock_fd: int | None = None
     journal: Journal | None = None
     _hooks: list[Callable[[], None]] = field(default_factory=list)
@@ -305,6 +309,9 @@ class DataDir:
             if body.name not in referenced:
                 with contextlib.suppress(OSError):
                     body.unlink()
+        self.loaded = self.summary()
+        # moto holds the items, objects and executions now; only the key set is compared with later changes
+        self.world = World(keys=self.world.keys, suffix=self.world.suffix)
         self.journal = Journal(journal_path)
         self._hooks = _install_hooks(self.journal, self.path / OBJECTS)
 
@@ -666,6 +673,9 @@ def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
     """moto's WSGI app, recording at the end of each request the S3 objects it wrote (once the journal is open)."""
 
     def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        # a request may run inside another on the same thread (an in-process Lambda invoked through the app calls S3
+        # through it too): each records its own objects, and the outer one's are kept for its own end
+        outer: set[tuple[str, str]] | None = getattr(_local, "objects", None)
         _local.objects = set()
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         try:
@@ -676,8 +686,7 @@ def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
                 record_objects(journal, data.path / OBJECTS)
                 if target.startswith("TrentService.") and target.partition(".")[2].startswith(_KEY_CHANGES):
                     record_keys(journal, data.world)
-            else:
-                _local.objects = set()
+            _local.objects = outer if outer is not None else set()
 
     return application
 
@@ -685,21 +694,20 @@ def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
 def _execution_started(journal: Journal, original: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def start(self: Any) -> Any:
-        result = original(self)
-        sequence = journal.append(
-            {
-                "k": "sfn",
-                "execution": {
-                    "arn": self.exec_arn,
-                    "machine": self.state_machine.arn,
-                    "name": self.name,
-                    "input": self.execution_input,
-                    "startDate": self.start_date.isoformat(),
-                },
-            }
-        )
-        journal.wait_durable(sequence)
-        return result
+        # recorded before it runs, so its settle record (from the execution's own thread) always follows it
+        started = {
+            "arn": self.exec_arn,
+            "machine": self.state_machine.arn,
+            "name": self.name,
+            "input": self.execution_input,
+            "startDate": self.start_date.isoformat(),
+        }
+        journal.wait_durable(journal.append({"k": "sfn", "execution": started}))
+        try:
+            return original(self)
+        except BaseException:
+            journal.wait_durable(journal.append({"k": "sfn", "execution": {"arn": self.exec_arn, "gone": True}}))
+            raise
 
     return start
 
