@@ -159,7 +159,7 @@ def start(
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    from devstack import lambdas, persistence, serializable
+    from devstack import lambdas, persistence, serializable, transport
     from devstack.api import LocalApi
     from devstack.oidc import issuer_for
     from devstack.openapi import generate
@@ -225,6 +225,9 @@ def start(
         moto_thread.start()
         stoppers.append(moto_server.server_close)
         stoppers.append(moto_server.shutdown)
+        # this process's own AWS calls (handlers, Step Functions) reach that app without a socket (devstack.transport)
+        transport.install(moto_server.app, host, aws_port)
+        stoppers.append(transport.uninstall)
 
         # --idp: the claim mapping of packyard_cli.identity_providers, passed as the template's parameters
         parameters = tokens_shaped_like(idp)
@@ -278,6 +281,8 @@ def start(
                 "bucket": stack.bucket_name,
                 "table": stack.table_name,
                 "maintenanceStateMachine": stack.state_machine_arns.get("MaintenanceStateMachine"),
+                # the recorder of the change events (devstack.event_log): packyard events reads it
+                "eventLog": stack.event_logs.get("PackyardEventBus"),
                 "data": str(data.path) if data is not None else None,
                 "startedAt": int(time.time()),
             },
