@@ -493,3 +493,23 @@ def test_with_pinned_keys_every_release_is_verified_and_one_signed_by_an_unpinne
     # and with the right keys the update goes through
     assert sync(cli, ws, target, cache, "--keys", str(pinned)).code == 0
     assert_holds(target, {"weather": contents["weather@1.1.0"], "notes": contents["notes@1.0.0"]})
+
+
+@pytest.mark.parametrize("point", ["download", "build", "swap"])
+def test_a_first_sync_killed_leaves_only_whole_folders_and_the_next_run_converges(
+    cli: Cli, contents: dict[str, dict[str, bytes]], ws: str, tmp_path: Path, cache: Path, point: str
+) -> None:
+    target = tmp_path / "skills"
+    killed = sync(cli, ws, target, cache, env={"PACKYARD_SYNC_CRASH_AT": point})
+    assert killed.code == CRASH_EXIT, killed.output
+    # every installation folder there is whole: the first one renamed in (swap), or none yet
+    expected = {"notes": contents["notes@1.0.0"], "weather": contents["weather@1.0.0"]}
+    present = sorted(p.name for p in target.iterdir() if p.name != ".packyard")
+    assert present == (["notes"] if point == "swap" else [])
+    for name in present:
+        assert tree(target / name) == expected[name]
+
+    again = sync(cli, ws, target, cache)
+    assert again.code == 0, again.output
+    assert_holds(target, expected)
+    assert sync(cli, ws, target, cache, "--check").code == 0
