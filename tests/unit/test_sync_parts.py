@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from packyard_cli.sync_cache import CacheMismatch, FileCache
 from packyard_cli.sync_disk import Disk, UnsafeFolder, exchange, open_folder, scan
@@ -254,3 +256,100 @@ def test_a_download_url_that_expired_during_a_sync_is_fetched_again_from_a_fresh
     assert api.downloads == ["https://s3/manifest?view=1", "https://s3/archive?view=1", "https://s3/archive?view=2"]
     assert (tmp_path / "dir/hi/src/a.py").read_bytes() == b"print(1)\n"
     assert (tmp_path / "dir/hi/src/a.py").stat().st_mode & 0o777 == 0o755
+
+
+class _InMemoryApi:
+    """The resolved view of one workspace holding one real package (built here), served from memory."""
+
+    def __init__(self, files: dict[str, bytes], modes: dict[str, int]) -> None:
+        import json
+
+        from packyard_cli.build import build_from_files
+
+        self.built = build_from_files(files, modes=modes)
+        self.manifest = json.dumps(self.built.manifest, sort_keys=True, separators=(",", ":")).encode()
+
+    def request(self, method: str, path: str, **kwargs: object) -> object:
+        from packyard_cli.client import Reply
+
+        item = {
+            "installationId": "pkg",
+            "package": "pkg",
+            "release": "1.0.0",
+            "manifestDigest": hashlib.sha256(self.manifest).hexdigest(),
+            "manifestUrl": "https://s3/manifest",
+            "archive": {"sha256": self.built.archive_sha256, "size": self.built.archive_size, "url": "https://s3/a"},
+        }
+        return Reply(200, {}, {"workspace": "ws", "items": [item], "nextCursor": None})
+
+    def download(self, url: str, chunk_size: int = 1 << 16) -> object:
+        yield self.manifest if "manifest" in url else self.built.archive
+
+
+_FILES = {"SKILL.md": b"# skill\n", "src/a.py": b"print(1)\n", "src/deep/b.txt": b"b" * 300, "run": b"#!/bin/sh\n"}
+_MODES = {"run": 0o755}
+
+
+def test_a_second_sync_into_the_same_folder_while_one_runs_is_refused(tmp_path: Path) -> None:
+    import fcntl
+
+    from packyard_cli.sync import SyncError, sync_workspace
+
+    api = _InMemoryApi(_FILES, _MODES)
+    sync_workspace("ws", tmp_path / "dir", client=api, cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+    held = os.open(tmp_path / "dir/.packyard", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another sync holds the folder
+        with pytest.raises(SyncError) as busy:
+            sync_workspace("ws", tmp_path / "dir", client=api, cache_dir=tmp_path / "cache")  # type: ignore[arg-type]
+    finally:
+        os.close(held)
+    assert busy.value.code == "sync_busy"
+
+
+@given(
+    changed=st.sets(st.sampled_from(sorted(_FILES))),
+    removed=st.sets(st.sampled_from(sorted(_FILES))),
+    added=st.sets(st.sampled_from(["new.txt", "src/new.py", "src/deep/x/y.md"])),
+    chmodded=st.sets(st.sampled_from(sorted(_FILES))),
+)
+@settings(max_examples=25, deadline=None)
+def test_check_reports_exactly_the_drift_made_and_a_sync_repairs_what_paths_sizes_and_modes_show(
+    changed: set[str], removed: set[str], added: set[str], chmodded: set[str]
+) -> None:
+    import stat
+    import tempfile
+
+    from packyard_cli.sync import check_workspace, sync_workspace
+
+    api = _InMemoryApi(_FILES, _MODES)
+    with tempfile.TemporaryDirectory() as scratch:
+        root, cache = Path(scratch) / "dir", Path(scratch) / "cache"
+        sync_workspace("ws", root, client=api, cache_dir=cache)  # type: ignore[arg-type]
+        removed -= changed | chmodded
+        expected = set()
+        for path in changed:  # same size, other bytes: only a hash sees it
+            data = (root / "pkg" / path).read_bytes()
+            (root / "pkg" / path).write_bytes(bytes([data[0] ^ 1]) + data[1:])
+            expected.add((path, "changed"))
+        for path in chmodded:
+            target = root / "pkg" / path
+            target.chmod(stat.S_IMODE(target.stat().st_mode) ^ 0o100)
+            expected.add((path, "mode"))
+        for path in removed:
+            (root / "pkg" / path).unlink()
+            expected.add((path, "removed"))
+        for path in added:
+            (root / "pkg" / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / "pkg" / path).write_bytes(b"extra")
+            expected.add((path, "added"))
+
+        found = check_workspace("ws", root, client=api, cache_dir=cache)  # type: ignore[arg-type]
+        assert {(d.path, d.kind) for d in found.drift} == expected
+        assert {d.installation for d in found.drift} <= {"pkg"}
+
+        repaired = sync_workspace("ws", root, client=api, cache_dir=cache)  # type: ignore[arg-type]
+        visible = bool(chmodded or removed or added)  # a same-size change of content alone: --check's to find
+        assert repaired.updated == (["pkg"] if visible else [])
+        if visible:
+            assert check_workspace("ws", root, client=api, cache_dir=cache).clean  # type: ignore[arg-type]
