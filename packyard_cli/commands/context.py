@@ -383,10 +383,16 @@ def wait_for(
     done: Callable[[dict[str, Any]], bool],
     label: Callable[[dict[str, Any]], str],
     timeout: float,
+    server_waits: bool = False,
 ) -> dict[str, Any]:
-    """Poll ``fetch`` until ``done``; a spinner shows the current state. Times out with exit code 5."""
+    """Poll ``fetch`` until ``done``; a spinner shows the current state. Times out with exit code 5.
+
+    ``server_waits``: ``fetch`` asks the service to hold its answer until the thing is done (``?wait=N``), so no
+    pause comes between two fetches; the pause only follows an answer that came back sooner than a poll's
+    interval without being done (a service that did not wait)."""
     started = time.monotonic()
     deadline = started + timeout
+    asked = time.monotonic()
     current = fetch()
     with ctx.status(label(current)) as spinner:
         while not done(current):
@@ -398,7 +404,16 @@ def wait_for(
                     body=current,
                 )
             # a few polls a second while the outcome is likely near, then once a second
-            time.sleep(0.2 if time.monotonic() - started < 15 else 1.0)
+            interval = 0.2 if time.monotonic() - started < 15 else 1.0
+            if not server_waits or time.monotonic() - asked < interval:
+                time.sleep(interval)
+            asked = time.monotonic()
             current = fetch()
             spinner.update(label(current))
     return current
+
+
+def wait_seconds(deadline: float, longest: int = 20) -> int:
+    """Whole seconds (1..``longest``) to ask the service to wait (``?wait=``, ``Prefer: wait=``) before
+    ``deadline`` (a ``time.monotonic()`` value)."""
+    return max(1, min(longest, int(deadline - time.monotonic())))

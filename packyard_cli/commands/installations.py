@@ -9,11 +9,20 @@ A mutation sends ``If-Match`` with the installation version it just read (or ``-
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from typing import Any
 
 from packyard_cli.client import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_UNAVAILABLE, CliError, Reply, segment
-from packyard_cli.commands.context import Context, cut, paginate, resolve_release, wait_for, workspace_of
+from packyard_cli.commands.context import (
+    Context,
+    cut,
+    paginate,
+    resolve_release,
+    wait_for,
+    wait_seconds,
+    workspace_of,
+)
 from packyard_cli.render import (
     APPROVAL_COLUMNS,
     APPROVAL_DECISION_COLUMNS,
@@ -62,6 +71,9 @@ def _mutation(
 ) -> int:
     key = args.idempotency_key or str(uuid.uuid4())
     headers = {"If-Match": if_match} if if_match else {}
+    if not args.no_wait:
+        # the service answers once the operation is at rest, within the wait: most need no further request
+        headers["Prefer"] = f"wait={wait_seconds(time.monotonic() + args.wait_timeout)}"
     reply = ctx.client.request(method, path, body=body, headers=headers, idempotency_key=key)
     op = dict(reply.body or {})
     workspace = workspace_of(args)
@@ -78,13 +90,20 @@ def _mutation(
 
 
 def _wait_for_operation(ctx: Context, path: str, timeout: float) -> dict[str, Any]:
-    """Poll the operation at ``path`` until it settles, awaits consent or is pending."""
+    """Read the operation at ``path`` until it settles, awaits consent or is pending: each read asks the service to
+    wait for that (``?wait=``, up to 20 s), so an operation that comes to rest within it takes one request."""
+    deadline = time.monotonic() + timeout
+
+    def fetch() -> dict[str, Any]:
+        return dict(ctx.client.request("GET", path, params={"wait": wait_seconds(deadline)}).body)
+
     return wait_for(
         ctx,
-        lambda: dict(ctx.client.request("GET", path).body),
+        fetch,
         done=lambda o: o.get("state") in OPERATION_STOPS,
         label=lambda o: f"{o.get('kind')} {o.get('installationId')}: {o.get('state')}",
         timeout=timeout,
+        server_waits=True,
     )
 
 
@@ -206,10 +225,9 @@ def cmd_preview(ctx: Context, args: argparse.Namespace) -> int:
 def cmd_status(ctx: Context, args: argparse.Namespace) -> int:
     workspace = workspace_of(args)
     path = f"/v1/workspaces/{segment(workspace)}/operations/{segment(args.operation)}"
-    op = dict(ctx.client.request("GET", path).body)
-    if args.wait and op.get("state") not in OPERATION_STOPS:
-        op = _wait_for_operation(ctx, path, args.wait_timeout)
-    return finish_operation(ctx, op, workspace)
+    if args.wait:
+        return finish_operation(ctx, _wait_for_operation(ctx, path, args.wait_timeout), workspace)
+    return finish_operation(ctx, dict(ctx.client.request("GET", path).body), workspace)
 
 
 def cmd_ls(ctx: Context, args: argparse.Namespace) -> int:
