@@ -119,20 +119,13 @@ class SyncResult:
         return bool(self.added or self.updated or self.removed)
 
     def as_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        return {
-            "workspace": out["workspace"],
-            "directory": out["directory"],
-            "added": out["added"],
-            "updated": out["updated"],
-            "removed": out["removed"],
-            "unchanged": out["unchanged"],
-            "filesFromCache": out["files_from_cache"],
-            "filesFetched": out["files_fetched"],
-            "downloads": out["downloads"],
-            "downloadedBytes": out["downloaded_bytes"],
-            "evicted": out["evicted"],
-        }
+        """camelCase, as the API's JSON is."""
+        return {_camel(name): value for name, value in asdict(self).items()}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
 
 
 @dataclass(frozen=True)
@@ -547,31 +540,15 @@ def sync_workspace(
             wanted = {r.installation_id for r in releases}
             notify({"event": "start", "installations": len(releases)})
             for index, release in enumerate(releases):
-                recorded = place.installed.get(release.installation_id) or {}
                 on_disk = tree.get(release.installation_id)
                 notify({"event": "installation", "installation": release.installation_id, "index": index})
-                if on_disk is not None and recorded.get("manifestDigest") == release.manifest_digest:
-                    manifest_data = place.manifest_bytes(release.manifest_digest)
-                    if manifest_data is not None and _matches(on_disk, _manifest_of(manifest_data)):
-                        result.unchanged.append(release.installation_id)
-                        continue
-                try:
-                    installer.install(release)
-                except CliError as refused:
-                    if refused.status != 403 or isinstance(refused, SyncError):
-                        raise
-                    # the view's presigned URLs last minutes (download_url_ttl_seconds): a long sync outlives
-                    # them; read the view again for fresh ones, once
-                    installer.install(_fresh(api, workspace, release))
+                if _unchanged(place, release, on_disk):
+                    result.unchanged.append(release.installation_id)
+                    continue
+                _install(installer, api, workspace, release)
                 (result.updated if on_disk is not None else result.added).append(release.installation_id)
                 place.save(workspace)
-            for name in names(place.root_fd):
-                if name != STATE_FOLDER and name not in wanted:
-                    installer.uninstall(name)
-                    result.removed.append(name)
-            for name in list(place.installed):
-                if name not in wanted:
-                    place.installed.pop(name)
+            result.removed.extend(_remove_the_rest(place, installer, wanted))
             place.save(workspace)
             place.forget_manifests({r.manifest_digest for r in releases})
             place.clear_leftovers()
@@ -585,6 +562,37 @@ def sync_workspace(
         raise _failure(exc, target) from exc
     notify({"event": "done"})
     return result
+
+
+def _unchanged(place: SyncFolder, release: ReleaseRef, on_disk: dict[str, Entry] | None) -> bool:
+    """The folder holds the release sync last swapped in, with its manifest's paths, sizes and modes."""
+    recorded = place.installed.get(release.installation_id) or {}
+    if on_disk is None or recorded.get("manifestDigest") != release.manifest_digest:
+        return False
+    data = place.manifest_bytes(release.manifest_digest)
+    return data is not None and _matches(on_disk, _manifest_of(data))
+
+
+def _install(installer: _Installer, api: Client, workspace: str, release: ReleaseRef) -> None:
+    try:
+        installer.install(release)
+    except CliError as refused:
+        if refused.status != 403 or isinstance(refused, SyncError):
+            raise
+        # the view's presigned URLs last minutes (download_url_ttl_seconds): a long sync outlives them; read the
+        # view again for fresh ones, once
+        installer.install(_fresh(api, workspace, release))
+
+
+def _remove_the_rest(place: SyncFolder, installer: _Installer, wanted: set[str]) -> list[str]:
+    """Every folder of ``DIR`` the view no longer names goes (in one rename each); returns their names."""
+    removed = [name for name in names(place.root_fd) if name != STATE_FOLDER and name not in wanted]
+    for name in removed:
+        installer.uninstall(name)
+    for name in list(place.installed):
+        if name not in wanted:
+            place.installed.pop(name)
+    return removed
 
 
 def check_workspace(
