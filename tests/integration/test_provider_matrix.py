@@ -6,16 +6,17 @@ it, and the owner/workflow distinction is what the provider's actor claim says."
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from devstack.api import LocalApi
+from devstack.api import LocalApi, template_routes
 from devstack.caller import ALL_SCOPES
 from devstack.server import claims_as_api_gateway_passes_them
 from packyard import config
-from tests.integration.test_scopes import IDS, ROUTES, _path
+from tests.integration.test_scopes import AUTHENTICATED_ONLY, IDS, ROUTES, _path
 
 PREFIX = "https://packyard.example/"
 ENTRA_TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
@@ -155,6 +156,22 @@ def _request(api: LocalApi, method: str, path: str, claims: dict[str, Any]) -> A
     return api.request(
         method, _path(path), claims=claims_as_api_gateway_passes_them(claims), body=body, headers=headers
     )
+
+
+def _shape(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", "{}", path)
+
+
+def test_the_matrix_covers_every_route_the_api_serves() -> None:
+    # ROUTES is read from the OpenAPI document; the served routes are template.yaml's HttpApi events: a route added
+    # to either (GET files of a release, the signing keys, an attestation...) is driven below or fails here
+    routes = template_routes()
+    served = {(route.method, _shape(route.path)) for route in routes}
+    cased = {(method, _shape(path)) for method, path, _ in ROUTES} | {(m, _shape(p)) for m, p in AUTHENTICATED_ONLY}
+    assert served == cased
+    for method, path, _ in ROUTES:  # each case's request reaches its route (every path parameter has a value)
+        matched = [route for route in routes if route.match(method, _path(path)) is not None]
+        assert [_shape(route.path) for route in matched[:1]] == [_shape(path)], (method, path)
 
 
 def test_every_route_is_allowed_with_its_scope_and_forbidden_without_it(provider: str, api: LocalApi) -> None:

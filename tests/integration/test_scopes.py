@@ -31,12 +31,16 @@ IDS = {
     "workspace": "ws-1",
     "installation_id": "hello",
     "operation_id": "op-" + "0" * 32,
+    "file_path": "SKILL.md",
 }
 
 
 def _path(template: str) -> str:
+    """The documented path with every parameter filled from ``IDS``; a parameter ``IDS`` lacks (a new route's) fails
+    here rather than being sent as the literal ``{name}``."""
     for name, value in IDS.items():
         template = template.replace("{" + name + "}", value)
+    assert "{" not in template, f"{template}: add its path parameter to IDS"
     return template
 
 
