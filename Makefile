@@ -109,6 +109,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_files.py
 	$(BIN)/python benchmarks/bench_sync.py
 	$(BIN)/python benchmarks/bench_operations.py
+	$(BIN)/python benchmarks/bench_operation_wait.py
 	$(BIN)/python benchmarks/bench_cold_start.py
 	$(BIN)/python benchmarks/bench_sweeps.py
 	$(BIN)/python benchmarks/bench_persistence.py
