@@ -126,9 +126,17 @@ def needs_of(call: AwsCall, region: str, account: str) -> list[Need]:
         # authorized against the key, whatever names it: an alias is resolved to its key (the answer's KeyId)
         answered = str(call.outcome.get("keyArn", ""))
         return [Need(f"kms:{call.operation}", answered if answered.startswith("arn:") else str(params["KeyId"]))]
+    if call.service == "events" and call.operation == "PutEvents":
+        # authorized against each entry's bus (a name is the account's bus of that name in the region)
+        buses = sorted({str(e.get("EventBusName", "default")) for e in params.get("Entries", [])})
+        return [Need("events:PutEvents", _event_bus_arn(bus, region, account)) for bus in buses]
     if call.service == "lambda" and call.operation == "Invoke":
         return [Need("lambda:InvokeFunction", _function_arn(str(params["FunctionName"]), region, account))]
     raise UnmappedCall(f"{call.service} {call.operation}: no IAM mapping; add one to devstack.iam.needs_of")
+
+
+def _event_bus_arn(bus: str, region: str, account: str) -> str:
+    return bus if bus.startswith("arn:") else f"arn:aws:events:{region}:{account}:event-bus/{bus}"
 
 
 def table_arn(name: str, region: str, account: str) -> str:
@@ -333,6 +341,10 @@ def local_resolver(stack: Stack, template: str | Path = DEFAULT_TEMPLATE) -> _Re
     for logical_id, arn in stack.keys.items():
         resolver.refs[logical_id] = arn.rsplit("/", 1)[1]
         resolver.attributes[(logical_id, "Arn")] = arn
+    for logical_id, name in stack.event_buses.items():
+        resolver.refs[logical_id] = name
+        resolver.attributes[(logical_id, "Name")] = name
+        resolver.attributes[(logical_id, "Arn")] = f"arn:aws:events:{stack.region}:{stack.account}:event-bus/{name}"
     for logical_id, name in stack.aliases.items():
         resolver.refs[logical_id] = name
         resolver.attributes[(logical_id, "Arn")] = f"arn:aws:kms:{stack.region}:{stack.account}:{name}"

@@ -18,6 +18,8 @@ Physical names follow CloudFormation's habit of ``<stack>-<LogicalId>``:
 
 * Cognito user pools, their resource servers, app clients and domains (``CreateUserPool=true``): on moto's
   cognito-idp, by :mod:`devstack.user_pool`.
+* EventBridge event buses: by their ``Name`` (``-<suffix>`` appended when a suffix is given), each with the local
+  recorder of :mod:`devstack.event_log` (a rule to a log group) that ``packyard events`` reads.
 * A resource whose ``Condition`` is false is not created (nor named), as CloudFormation skips it.
 
 An explicit ``TableName`` / ``BucketName`` / ``StateMachineName`` (``Name``) property wins, as on AWS.
@@ -44,7 +46,7 @@ import boto3
 from cfnlint.decode import cfn_yaml
 from moto.core.models import botocore_stubber
 
-from devstack import user_pool
+from devstack import event_log, user_pool
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TEMPLATE = ROOT / "template.yaml"
@@ -56,6 +58,7 @@ BUCKET_POLICY_TYPES = {"AWS::S3::BucketPolicy"}
 STATE_MACHINE_TYPES = {"AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine"}
 FUNCTION_TYPES = {"AWS::Serverless::Function"}
 KEY_TYPES = {"AWS::KMS::Key"}
+EVENT_BUS_TYPES = {"AWS::Events::EventBus"}
 ALIAS_TYPES = {"AWS::KMS::Alias"}
 
 _SUB_PATTERN = re.compile(r"\$\{([^}]+)\}")
@@ -99,6 +102,10 @@ class Stack:
     """KMS keys: logical id → key ARN."""
     aliases: Mapping[str, str] = field(default_factory=dict)
     """KMS aliases: logical id → alias name (``alias/…``)."""
+    event_buses: Mapping[str, str] = field(default_factory=dict)
+    """EventBridge buses: logical id → bus name."""
+    event_logs: Mapping[str, str] = field(default_factory=dict)
+    """EventBridge buses: logical id → the log group recording their Packyard events (devstack.event_log)."""
     user_pools: Mapping[str, str] = field(default_factory=dict)
     """Cognito user pools, resource servers, app clients, domains: logical id → physical id (devstack.user_pool)."""
 
@@ -584,6 +591,7 @@ def create_stack(
     buckets: dict[str, str] = {}
     machine_names: dict[str, str] = {}
     aliases: dict[str, str] = {}
+    event_buses: dict[str, str] = {}
     bucket_suffix = suffix or uuid.uuid4().hex[:12]
     for logical_id, resource in resources.items():
         kind, props = resource["Type"], resource.get("Properties", {})
@@ -607,6 +615,11 @@ def create_stack(
             name += f"-{suffix}" if suffix else ""
             aliases[logical_id] = resolver.refs[logical_id] = name
             resolver.attributes[(logical_id, "Arn")] = f"arn:aws:kms:{region}:{account}:{name}"
+        elif kind in EVENT_BUS_TYPES:
+            name = str(resolver.resolve(props["Name"], f"{logical_id}.Name")) + (f"-{suffix}" if suffix else "")
+            event_buses[logical_id] = resolver.refs[logical_id] = name
+            resolver.attributes[(logical_id, "Name")] = name
+            resolver.attributes[(logical_id, "Arn")] = f"arn:aws:events:{region}:{account}:event-bus/{name}"
         elif kind in FUNCTION_TYPES:
             arn = f"arn:aws:lambda:{region}:{account}:function:{logical_id}"
             resolver.refs[logical_id] = logical_id
@@ -637,6 +650,19 @@ def create_stack(
     for logical_id, name in aliases.items():
         target = resolver.resolve(resources[logical_id]["Properties"]["TargetKeyId"], f"{logical_id}.TargetKeyId")
         kms.create_alias(AliasName=name, TargetKeyId=target)
+
+    event_logs: dict[str, str] = {}
+    events, logs = client("events"), client("logs")
+    for logical_id, name in event_buses.items():
+        props = resolver.resolve(resources[logical_id].get("Properties", {}), logical_id)
+        unknown = set(props) - {"Name", "Description", "Tags"}
+        if unknown:
+            raise UnsupportedTemplateError(f"{logical_id}: event bus properties {sorted(unknown)} are not reproduced")
+        request = {"Name": name, "Tags": props.get("Tags", [])} | (
+            {"Description": props["Description"]} if "Description" in props else {}
+        )
+        events.create_event_bus(**request)
+        event_logs[logical_id] = event_log.record(events, logs, name, region=region, account=account)
 
     state_machine_arns: dict[str, str] = {}
     for logical_id, name in machine_names.items():
@@ -695,5 +721,7 @@ def create_stack(
         parameters={k: v for k, v in resolver.parameters.items() if isinstance(v, str)},
         keys=keys,
         aliases=aliases,
+        event_buses=event_buses,
+        event_logs=event_logs,
         user_pools=user_pools,
     )

@@ -28,6 +28,7 @@ from packyard_cli.arguments import (
     workspace_id,
 )
 from packyard_cli.commands.context import Context
+from packyard_cli.commands.events import cmd_events
 from packyard_cli.commands.files import cmd_cat
 from packyard_cli.commands.installations import (
     cmd_approvals,
@@ -311,6 +312,20 @@ def _local_commands(command: AddCommand) -> None:
 
     sweep = command(
         "sweep", "run every maintenance sweep once on the local stack (the schedule does it on AWS)", cmd_sweep
+    )
+    events = command(
+        "events",
+        "the change events the local stack's event bus received (Release Published/Yanked/Unavailable, Operation "
+        "Settled); --follow waits for more",
+        cmd_events,
+    )
+    events.add_argument("--follow", "-f", action="store_true", help="keep printing new events until Ctrl-C")
+    events.add_argument(
+        "--type",
+        action="append",
+        metavar="TYPE",
+        choices=("Release Published", "Release Yanked", "Release Unavailable", "Operation Settled"),
+        help="only events of this detail type (repeatable)",
     )
     usage = command("usage", "the tenant's stored bytes, and a workspace's, against their quotas", cmd_usage)
     command(

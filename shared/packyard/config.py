@@ -143,6 +143,8 @@ class Settings(BaseModel):
     # the stack's own user pool (template CreateUserPool): the tenant its client-credentials tokens act for
     # (packyard.api.token_claims); empty: they carry no tenant and are refused
     machine_tenant: str = Field(default="", alias="MACHINE_TENANT")
+    # the stack's event bus: change events (packyard.changes) are put on it
+    event_bus_name: str = Field(default="", alias="EVENT_BUS_NAME")
 
 
 @lru_cache(maxsize=1)

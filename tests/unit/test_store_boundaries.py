@@ -122,5 +122,11 @@ def test_the_clients_load_their_models_without_walking_every_service_directory(
     finally:
         aws.reset_clients()
 
-    assert models == {"dynamodb": "dynamodb", "s3": "s3", "stepfunctions": "stepfunctions", "kms": "kms"}
+    assert models == {
+        "dynamodb": "dynamodb",
+        "s3": "s3",
+        "stepfunctions": "stepfunctions",
+        "kms": "kms",
+        "events": "events",  # the change events (store.bus)
+    }
     assert len(listed) <= 3 * len(aws.SERVICES)  # its own versions per service, not ~900 directories

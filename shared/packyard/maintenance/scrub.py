@@ -27,6 +27,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
+from packyard import changes
 from packyard.config import limits
 from packyard.errors import ClaimLost
 from packyard.maintenance.jobs import Job, JobKind, register
@@ -70,6 +71,7 @@ def check_blob(blob: BlobRecord, now: int) -> str:
         raise ClaimLost(f"blob {blob.sha256} changed since it was found due")
     problem = "missing" if found is None else "corrupt"
     _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by="scrub")
+    _announce(tenant, blob, problem, now, found_by="scrub")
     catalog.record_blob_check(blob, now=now, next_check_at=next_check(now), corrupt=True)
     return problem if blob.corrupt_at is None else f"still_{problem}"
 
@@ -91,6 +93,7 @@ def found_unusable(
     blob = blob.model_copy(update={"tenant": tenant, "releases": blob.releases | {f"{release[0]}@{release[1]}"}})
     problem = "missing" if found is None else "corrupt"
     _report(blob, problem, found, *_mark_unusable(tenant, blob, now), found_by=found_by)
+    _announce(tenant, blob, problem, now, found_by=found_by)
     if sha256 in records:
         catalog.record_blob_corrupt(tenant, sha256, now)
 
@@ -112,6 +115,20 @@ def _report(
             "installationsMarked": installations,
             "firstFound": blob.corrupt_at is None,
         },
+    )
+
+
+def _announce(tenant: str, blob: BlobRecord, problem: str, now: int, *, found_by: str) -> None:
+    """``Release Unavailable`` for each release of the blob, once it is marked (``packyard.changes``): the first
+    finding and every later one (``still_…``) put the same event, dated by the blob's first finding."""
+    marked_at = blob.corrupt_at if blob.corrupt_at is not None else now
+    changes.emit(
+        *(
+            changes.release_unavailable(
+                tenant, package, version, blob=blob.sha256, problem=problem, found_by=found_by, marked_at=marked_at
+            )
+            for package, _, version in (ref.partition("@") for ref in sorted(blob.releases))
+        )
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from packyard import clock
+from packyard import changes, clock
 from packyard.errors import (
     ConsentExpired,
     ConsentRejected,
@@ -70,6 +70,8 @@ def settle_task(
     if op is None:
         raise NotFound(f"operation {operation_id} not found")
     if op.state is OperationState.SETTLED:
+        if op.outcome is not None:  # settled by an earlier try, which may have died before its event went out
+            changes.emit(changes.operation_settled(op, op.outcome))
         return {"settled": True, "outcome": op.outcome.model_dump(exclude_none=True) if op.outcome else None}
     if attempt is not None and attempt != op.attempt:
         logger.info("settle of an earlier attempt ignored", extra={"attempt": attempt, "current": op.attempt})
@@ -96,6 +98,7 @@ def settle_task(
         settled = _settled(op, NO_LONGER_PLANNED, now)
         workspace.settle(op, settled, slot=slot, confirm_installation=None, retire=retire, drop_consent_wait=waiting)
     final = settled.outcome or outcome
+    changes.emit(changes.operation_settled(settled, final))  # after the settlement is committed
     metrics.add_metric(name=f"Operations{final.result.title()}", unit=MetricUnit.Count, value=1)
     if final.code == ConsentExpired.code:
         metrics.add_metric(name="ConsentExpired", unit=MetricUnit.Count, value=1)  # a consent wait that ran out

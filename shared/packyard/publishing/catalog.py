@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from packyard import clock
+from packyard import changes, clock
 from packyard.config import limits
 from packyard.errors import ReleaseUnavailable
 from packyard.observability import logger, metrics, tracer
@@ -87,6 +87,8 @@ def archive_link(tenant: str, package: str, version: str) -> ArchiveLink:
 def yank(tenant: str, package: str, version: str) -> Release:
     logger.append_keys(tenant=tenant, package=package, version=version)
     release = catalog.yank_release(tenant, check_package_name(package), check_version(version), clock.now())
+    # every yank of it (the first and each repeat, which keeps yankedAt) puts the same event: at least once
+    changes.emit(changes.release_yanked(release))
     metrics.add_metric(name="ReleasesYanked", unit=MetricUnit.Count, value=1)
     logger.info("release yanked")
     return release

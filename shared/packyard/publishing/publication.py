@@ -8,7 +8,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from packyard import clock
+from packyard import changes, clock
 from packyard.config import limits
 from packyard.errors import ArchiveRejectCode, ArchiveRejected, ClaimLost, TransientStoreError, VersionExists
 from packyard.maintenance import jobs, scrub
@@ -34,7 +34,11 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
     logger.append_keys(tenant=tenant, uploadId=upload_id)
     upload = claimed(tenant, upload_id, token)
     if upload.state is UploadState.PUBLISHED:
-        return {"release": catalog.get_release(tenant, upload.package, upload.version).receipt(), "replay": True}
+        # a retried step (its first try may have died before the event went out): the same event again
+        release = catalog.get_release(tenant, upload.package, upload.version)
+        if release.upload_id == upload_id:
+            changes.emit(changes.release_published(release))
+        return {"release": release.receipt(), "replay": True}
     if upload.state is not UploadState.VERIFYING:
         raise ClaimLost(f"upload {upload_id} is {upload.state}, not verifying")
 
@@ -114,6 +118,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             replaced_blobs=frozenset(replaced),
         )
         if blocked is None:
+            changes.emit(changes.release_published(release))  # after the release is committed
             metrics.add_metric(name="ReleasesPublished", unit=MetricUnit.Count, value=1)
             logger.info("release published", extra={"package": upload.package, "version": upload.version})
             if replaced:
@@ -123,6 +128,8 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
         if blocked.existing_release is not None:
             existing = blocked.existing_release
             if existing.upload_id == upload.upload_id:
+                # a retried step (its first try may have died before the event went out): the same event again
+                changes.emit(changes.release_published(existing))
                 return {"release": existing.receipt(), "replay": True}
             if existing.manifest_digest != upload.manifest_digest:
                 raise VersionExists(f"{upload.package}@{upload.version} was published with different content")

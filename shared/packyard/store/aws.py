@@ -15,7 +15,7 @@ from typing import Any
 _creating = threading.Lock()
 
 
-SERVICES = ("dynamodb", "s3", "stepfunctions", "kms")
+SERVICES = ("dynamodb", "s3", "stepfunctions", "kms", "events")
 """The services this code makes clients for."""
 
 
