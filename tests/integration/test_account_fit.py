@@ -4,7 +4,7 @@ expands it (what CloudFormation receives), not on the SAM source.
 AWS keeps 100 of an account's Lambda concurrency unreserved (devstack.deployment cites the documentation), so a
 stack that reserves any concurrency cannot deploy on an account whose limit is 100 or less; new accounts may start at
 10. The reserved figures are parameters (0 = none reserved, the default); the documented production figures
-(50 for each API function and Verify, 8 for the sweeper) need a limit of 408.
+(50 for each API function and Verify, 8 for the sweeper) need a limit of 458.
 """
 
 from __future__ import annotations
@@ -20,7 +20,14 @@ pytestmark = pytest.mark.xdist_group("iam")  # shares the translator's expansion
 
 NEW_ACCOUNT_LIMIT = 10
 DOCUMENTED = {"ApiReservedConcurrency": "50", "VerifyReservedConcurrency": "50", "SweeperReservedConcurrency": "8"}
-API_FUNCTIONS = ("UploadsFunction", "CatalogFunction", "QueriesFunction", "AdmissionFunction", "ApprovalsFunction")
+API_FUNCTIONS = (
+    "UploadsFunction",
+    "CatalogFunction",
+    "FilesFunction",
+    "QueriesFunction",
+    "AdmissionFunction",
+    "ApprovalsFunction",
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,19 +40,19 @@ def test_the_defaults_deploy_on_an_account_with_a_concurrency_limit_of_10(expand
     functions = [
         k for k, v in expanded["Resources"].items() if v["Type"] == "AWS::Lambda::Function" and "Condition" not in v
     ]
-    assert len(functions) == 13  # the check read the functions CloudFormation creates
+    assert len(functions) == 14  # the check read the functions CloudFormation creates
     reserved = deployment.reserved_concurrency(expanded)
     assert reserved == {}, "the defaults reserve concurrency: a new account (limit 10) cannot deploy the stack"
     assert deployment.fits(NEW_ACCOUNT_LIMIT, sum(reserved.values()))
 
 
-def test_the_documented_reservations_need_an_account_limit_of_408(expanded: dict[str, Any]) -> None:
+def test_the_documented_reservations_need_an_account_limit_of_458(expanded: dict[str, Any]) -> None:
     reserved = deployment.reserved_concurrency(expanded, DOCUMENTED)
     assert reserved == {**dict.fromkeys(API_FUNCTIONS, 50), "VerifyFunction": 50, "SweeperFunction": 8}
     total = sum(reserved.values())
-    assert total == 5 * 50 + 50 + 8 == 308
-    assert deployment.minimum_account_limit(total) == 408
-    assert not deployment.fits(407, total) and deployment.fits(408, total)
+    assert total == 6 * 50 + 50 + 8 == 358
+    assert deployment.minimum_account_limit(total) == 458
+    assert not deployment.fits(457, total) and deployment.fits(458, total)
     assert not deployment.fits(NEW_ACCOUNT_LIMIT, total)  # what the template's old fixed figures did to a new account
 
 
