@@ -88,6 +88,9 @@ class Client:
     poll_seconds: float = 0.01
     poll_backoff: float = 1.0  # each wait is this many times the last, up to poll_cap
     poll_cap: float = 0.5
+    # seconds to let the service wait for the answer (``Prefer: wait=N`` on a change, ``?wait=N`` on a read, as the
+    # CLI asks since issue 23); None: poll as above
+    wait_seconds: int | None = None
     session: requests.Session = field(default_factory=requests.Session)
 
     def __post_init__(self) -> None:
@@ -142,6 +145,8 @@ class Client:
     ) -> dict[str, Any]:
         """PUT or DELETE one installation with a fresh Idempotency-Key; returns the admitted operation."""
         headers = {"Idempotency-Key": uuid.uuid4().hex}
+        if self.wait_seconds is not None:
+            headers["Prefer"] = f"wait={self.wait_seconds}"
         if if_match is not None:
             headers["If-Match"] = if_match
         path = f"/v1/workspaces/{workspace}/installations/{installation}"
@@ -149,15 +154,20 @@ class Client:
         return operation
 
     def settle(self, workspace: str, operation: dict[str, Any]) -> dict[str, Any]:
-        """Poll the operation until it settles; it must have succeeded."""
+        """Poll the operation until it settles (or read it with ``?wait=N`` in wait mode); it must have succeeded."""
         deadline = time.perf_counter() + SETTLE_TIMEOUT
+        pause = self.poll_seconds
         while operation["state"] != "settled":
             if time.perf_counter() > deadline:
                 raise Failed(
                     f"operation {operation['operationId']} still {operation['state']} after {SETTLE_TIMEOUT} s"
                 )
-            time.sleep(self.poll_seconds)
             path = f"/v1/workspaces/{workspace}/operations/{operation['operationId']}"
+            if self.wait_seconds is not None:
+                operation = self._call("GET", path, (200,), params={"wait": self.wait_seconds}).json()
+                continue
+            time.sleep(pause)
+            pause = min(self.poll_cap, pause * self.poll_backoff)
             operation = self._call("GET", path, (200,)).json()
         if operation["outcome"]["result"] != "succeeded":
             raise Failed(f"operation {operation['operationId']} settled {operation['outcome']}")

@@ -6,6 +6,7 @@ Used by the tests and by the local HTTP server: the claims here stand in for a v
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import time
@@ -24,17 +25,23 @@ class Route:
     def match(self, method: str, path: str) -> dict[str, str] | None:
         if method.upper() != self.method.upper():
             return None
-        parts = []
-        for segment in self.path.strip("/").split("/"):
-            if segment.startswith("{") and segment.endswith("+}"):
-                parts.append(f"(?P<{segment[1:-2]}>.+)")
-            elif segment.startswith("{") and segment.endswith("}"):
-                parts.append(f"(?P<{segment[1:-1]}>[^/]+)")
-            else:
-                parts.append(re.escape(segment))
-        pattern = "^/" + "/".join(parts) + "$"
-        found = re.match(pattern, path)
+        found = path_pattern(self.path).match(path)
         return found.groupdict() if found else None
+
+
+@functools.lru_cache(maxsize=1024)
+def path_pattern(template: str) -> re.Pattern[str]:
+    """A route path (``/v1/uploads/{id}``, ``/v1/{proxy+}``) as a regex with a named group per parameter; built once
+    per path (every request tries the routes in turn)."""
+    parts = []
+    for segment in template.strip("/").split("/"):
+        if segment.startswith("{") and segment.endswith("+}"):
+            parts.append(f"(?P<{segment[1:-2]}>.+)")
+        elif segment.startswith("{") and segment.endswith("}"):
+            parts.append(f"(?P<{segment[1:-1]}>[^/]+)")
+        else:
+            parts.append(re.escape(segment))
+    return re.compile("^/" + "/".join(parts) + "$")
 
 
 def http_event(

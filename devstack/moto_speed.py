@@ -44,6 +44,8 @@ from enum import Enum
 from typing import Any
 
 from moto.core import serialize as moto_serialize
+from moto.core.models import botocore_stubber
+from moto.settings import moto_server_port
 from moto.stepfunctions.parser.asl.parse import asl_parser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.asl.utils import boto_client
@@ -152,11 +154,11 @@ def _parse_keeping_trees(original: Callable[[str], tuple[Any, Any]]) -> Callable
 def _install_parse_cache() -> None:
     parser_class = asl_parser.AmazonStateLanguageParser
     _installed["parse"] = parser_class.__dict__["parse"]
-    parser_class.parse = staticmethod(_parse_keeping_trees(_installed["parse"].__func__))  # type: ignore[method-assign]
+    setattr(parser_class, "parse", staticmethod(_parse_keeping_trees(_installed["parse"].__func__)))  # noqa: B010
 
 
 def _uninstall_parse_cache() -> None:
-    asl_parser.AmazonStateLanguageParser.parse = _installed.pop("parse")  # type: ignore[method-assign]
+    setattr(asl_parser.AmazonStateLanguageParser, "parse", _installed.pop("parse"))  # noqa: B010
     with _trees_lock:
         _trees.clear()
 
@@ -170,7 +172,7 @@ _clients_lock = threading.Lock()
 def _shared_clients(original: Callable[..., Any]) -> Callable[..., Any]:
     def client_for(region: str, service: str, state_credentials: Any = None) -> Any:
         # what moto's own function reads to pick the endpoint (state_credentials it ignores)
-        key = (region, service, boto_client.botocore_stubber.enabled, boto_client.moto_server_port())
+        key = (region, service, botocore_stubber.enabled, moto_server_port())
         with _clients_lock:
             found = _clients.get(key)
             if found is None:
@@ -211,14 +213,13 @@ def _install_static_lookups() -> None:
 
     modules = tuple(backends.list_of_moto_modules())
     _installed["list_of_moto_modules"] = backends.list_of_moto_modules
-    backends.list_of_moto_modules = lambda: modules  # type: ignore[assignment]
-
-    method_names = responses.method_names_from_class
+    setattr(backends, "list_of_moto_modules", lambda: modules)  # noqa: B010 - werkzeug_app reads it from the module
+    method_names = getattr(responses, "method_names_from_class")  # noqa: B009 - imported there by name
     _installed["method_names_from_class"] = method_names
-    responses.method_names_from_class = functools.lru_cache(maxsize=256)(method_names)  # type: ignore[assignment]
-
-    _installed["jsonpath_parse"] = jsonpath_ng.ext.parse
-    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=256)(jsonpath_ng.ext.parse)
+    setattr(responses, "method_names_from_class", functools.lru_cache(maxsize=256)(method_names))  # noqa: B010
+    parse = getattr(jsonpath_ng.ext, "parse")  # noqa: B009 - moto.events imports it from there at each call
+    _installed["jsonpath_parse"] = parse
+    setattr(jsonpath_ng.ext, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
 
 
 def _uninstall_static_lookups() -> None:
@@ -226,9 +227,9 @@ def _uninstall_static_lookups() -> None:
     from moto import backends
     from moto.core import responses
 
-    backends.list_of_moto_modules = _installed.pop("list_of_moto_modules")
-    responses.method_names_from_class = _installed.pop("method_names_from_class")
-    jsonpath_ng.ext.parse = _installed.pop("jsonpath_parse")
+    setattr(backends, "list_of_moto_modules", _installed.pop("list_of_moto_modules"))  # noqa: B010
+    setattr(responses, "method_names_from_class", _installed.pop("method_names_from_class"))  # noqa: B010
+    setattr(jsonpath_ng.ext, "parse", _installed.pop("jsonpath_parse"))  # noqa: B010
 
 
 # ------------------------------------------------------------------ install
