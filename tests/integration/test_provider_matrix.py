@@ -195,3 +195,20 @@ def test_the_actor_is_what_the_providers_claim_says(provider: str, api: LocalApi
     assert (person.body["actor"], machine.body["actor"]) == ("owner", "workflow")
     assert person.body["tenant"] == machine.body["tenant"] == tenant
     assert person.body["permissions"] == machine.body["permissions"] == ["packages:read"]
+
+
+@pytest.mark.parametrize("provider", ["cognito"], indirect=True)
+def test_a_cognito_token_without_a_pre_token_trigger_is_401_naming_the_tenant_claim_on_every_route(
+    provider: str, api: LocalApi
+) -> None:
+    # a user pool with no trigger issues access tokens with no tenant claim: refused, never a default tenant
+    for owner in (True, False):
+        untenanted = {k: v for k, v in _cognito(list(ALL_SCOPES), owner).items() if k != "tenant"}
+        for method, path in [(m, p) for m, p, _ in ROUTES] + AUTHENTICATED_ONLY:
+            answer = _request(api, method, path, untenanted)
+            assert (answer.status, answer.body["code"], answer.body["claim"]) == (401, "unauthorized", "tenant"), (
+                owner,
+                method,
+                path,
+                answer.body,
+            )
