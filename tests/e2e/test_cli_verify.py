@@ -148,3 +148,29 @@ def test_verify_without_pinned_keys_says_how_to_pin(cli: Cli, published: dict[st
 
     assert done.code == 2, done.output
     assert "packyard keys pin" in done.output
+
+
+class ProfiledCli(Cli):
+    """The CLI with its config file (and so its profile folder) in a test's own directory."""
+
+    def __init__(self, cli: Cli, config: Path) -> None:
+        super().__init__(cli.stack, cli.tenant, cli.endpoint)
+        self.config = config
+
+    def env(self) -> dict[str, str]:
+        return {**super().env(), "PACKYARD_CONFIG_FILE": str(self.config)}
+
+
+def test_keys_pin_keeps_the_set_beside_the_config_file_and_verify_reads_it(
+    cli: Cli, published: dict[str, Path], tmp_path: Path
+) -> None:
+    profiled = ProfiledCli(cli, tmp_path / "config" / "config.toml")
+
+    pinned = profiled("--json", "keys", "pin")
+    verified = profiled("--json", "verify", "weather-skill@1.0.0", "--archive", str(published["archive"]))
+
+    assert pinned.code == 0, pinned.output
+    assert pinned.json()["path"] == str(tmp_path / "config" / "signing-keys" / "default.json")
+    assert json.loads((tmp_path / "config" / "signing-keys" / "default.json").read_text())["keys"]
+    assert verified.code == 0, verified.output
+    assert verified.json()["keyId"] in pinned.json()["keys"]
