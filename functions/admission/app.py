@@ -7,10 +7,11 @@ from typing import Annotated, Any
 from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
 
-from packyard.api import examples
+from packyard.api import examples, waits
 from packyard.api.principal import authorize
 from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
+from packyard.api.waits import PreferWait
 from packyard.api.workspace_responses import OperationView, PreviewView
 from packyard.authority import Permission
 from packyard.errors import (
@@ -39,16 +40,6 @@ app = build_resolver()
 
 IdempotencyKey = Annotated[str | None, Header(alias="idempotency-key", description="1-255 printable ASCII")]
 IfMatch = Annotated[str | None, Header(alias="if-match", description='The installation version, e.g. "3"')]
-PreferWait = Annotated[
-    str | None,
-    Header(
-        alias="prefer",
-        description=(
-            "RFC 7240 `wait=N` (seconds, up to 20): answer once the operation comes to rest or N passes, "
-            "200 when it settled, 202 while it runs; `Preference-Applied` says the wait applied"
-        ),
-    ),
-]
 Workspace = Annotated[str, Path()]
 InstallationId = Annotated[str, Path()]
 OptionalChange = Annotated[ChangeRequest | None, Body(description='optional, e.g. {"origin": "workflow"}')]
@@ -89,8 +80,8 @@ def _admit(
     headers = {"Location": f"/v1/workspaces/{op.workspace}/operations/{op.operation_id}"}
     wait = waiting.preferred_wait(prefer)
     if wait is not None and op.in_flight:
-        op = waiting.until_at_rest(op, lambda: _reread(op), waiting.budget(wait, app.lambda_context)).operation
-        headers["Preference-Applied"] = f"wait={wait}"
+        op = waiting.until_at_rest(op, lambda: _reread(op), waiting.budget(wait, app.lambda_context)).record
+        headers.update(waits.applied(wait))
     return json_response(202 if op.in_flight else 200, OperationView.of(op), headers=headers)
 
 

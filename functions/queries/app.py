@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from aws_lambda_powertools.event_handler import Response
-from aws_lambda_powertools.event_handler.openapi.params import Path, Query
+from aws_lambda_powertools.event_handler.openapi.params import Path
 
 from packyard.api import examples
 from packyard.api.principal import authorize
@@ -14,6 +14,7 @@ from packyard.api.principal_responses import PrincipalView
 from packyard.api.query_responses import InstallationPage, ResolvedView, TenantUsageView, WorkspaceUsageView
 from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import Cursor, PageSize, authenticated_contract, contract
+from packyard.api.waits import WaitSeconds
 from packyard.api.workspace_responses import InstallationView, OperationView
 from packyard.authority import Permission
 from packyard.errors import InvalidRequest, NotFound
@@ -25,14 +26,6 @@ from packyard.workspaces import queries, usage
 app = build_resolver()
 
 READ_ERRORS = (InvalidRequest, NotFound)
-WaitSeconds = Annotated[
-    int | None,
-    Query(
-        ge=1,
-        le=waiting.MAX_WAIT_SECONDS,
-        description="seconds (1-20) to wait for the operation to come to rest before answering",
-    ),
-]
 
 
 @app.get(
@@ -98,9 +91,7 @@ def get_operation(
     op = queries.get_operation(tenant, workspace, operation_id)
     if wait is not None:
         seconds = waiting.budget(wait, app.lambda_context)
-        op = waiting.until_at_rest(
-            op, lambda: queries.get_operation(tenant, workspace, operation_id), seconds
-        ).operation
+        op = waiting.until_at_rest(op, lambda: queries.get_operation(tenant, workspace, operation_id), seconds).record
     return OperationView.of(op)
 
 

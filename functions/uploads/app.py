@@ -8,11 +8,12 @@ from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path
 
 from packyard import clock
-from packyard.api import examples
+from packyard.api import examples, waits
 from packyard.api.principal import authorize
 from packyard.api.publishing_responses import CreatedUploadView, ExistingReleaseView, ReleaseDetailView, UploadView
 from packyard.api.resolver import build_resolver, json_response, serve
 from packyard.api.routes import contract
+from packyard.api.waits import PreferWait, WaitSeconds
 from packyard.authority import Permission
 from packyard.errors import (
     ArchiveRejected,
@@ -27,8 +28,9 @@ from packyard.errors import (
     VersionExists,
 )
 from packyard.observability import HTTP_CORRELATION, lambda_entry
+from packyard.operations import waiting
 from packyard.publishing import catalog, request_keys, uploads
-from packyard.publishing.models import Release
+from packyard.publishing.models import Release, Upload
 
 app = build_resolver()
 # completing and yanking are idempotent by nature; a key binds one such request (another under it: 422)
@@ -77,14 +79,15 @@ def create_upload(
     summary="Finish an upload and start its verification",
     description=(
         "Starts the publish workflow on the uploaded archive (the execution is named after the upload id, so "
-        "a repeat answers the same one). Poll `getUpload` until the session is `published` or `rejected`."
+        "a repeat answers the same one). Read `getUpload` (with `?wait=N`) until the session is `published` or "
+        "`rejected`, or send `Prefer: wait=N` to have this answer wait for that."
     ),
     tags=["publish"],
     **contract(
         Permission.PUBLISH,
         {
-            202: ("Verification started (or still running): poll the session", UploadView),
-            200: ("The session had already finished", UploadView),
+            202: ("Verification started (or still running): read the session", UploadView),
+            200: ("The session had already finished, or finished within Prefer: wait=N", UploadView),
         },
         (InvalidRequest, NotFound, UploadExpired, UploadIncomplete, ClaimLost, IdempotencyKeyReused),
         examples={202: examples.UPLOAD_VERIFYING},
@@ -93,12 +96,28 @@ def create_upload(
 def complete_upload(
     upload_id: Annotated[str, Path()],
     idempotency_key: Annotated[str | None, Header(alias="idempotency-key", description=REQUEST_KEY)] = None,
+    prefer: PreferWait = None,
 ) -> Response[UploadView]:
     tenant = authorize(app).tenant
     request_keys.bind(tenant, idempotency_key, {"request": "complete_upload", "uploadId": upload_id})
     upload = uploads.complete_upload(tenant, upload_id)
+    headers = {"Location": f"/v1/uploads/{upload_id}"}
+    wait = waiting.preferred_wait(prefer)
+    if wait is not None and upload.is_verifying:
+        upload = _wait_for_upload(tenant, upload, wait)
+        headers.update(waits.applied(wait))
     status = 202 if upload.is_verifying else 200
-    return json_response(status, UploadView.of(upload, clock.now()), headers={"Location": f"/v1/uploads/{upload_id}"})
+    return json_response(status, UploadView.of(upload, clock.now()), headers=headers)
+
+
+def _wait_for_upload(tenant: str, upload: Upload, seconds: int) -> Upload:
+    """The session re-read until it is no longer verifying (published, rejected) or ``seconds`` pass."""
+    return waiting.until(
+        upload,
+        lambda: uploads.get_upload(tenant, upload.upload_id),
+        lambda found: not found.is_verifying,
+        waiting.budget(seconds, app.lambda_context),
+    ).record
 
 
 @app.get(
@@ -107,7 +126,8 @@ def complete_upload(
     summary="Read an upload session",
     description=(
         "The session's state (`awaiting_upload`, `verifying`, `published`, `rejected`, `expired`); a "
-        "rejection carries its `code`, `subCode` and `detail`."
+        "rejection carries its `code`, `subCode` and `detail`. With `wait=N` a `verifying` session is answered "
+        "once it is no longer verifying, or after N seconds."
     ),
     tags=["publish"],
     **contract(
@@ -117,8 +137,12 @@ def complete_upload(
         examples={200: examples.UPLOAD_PUBLISHED},
     ),
 )
-def get_upload(upload_id: Annotated[str, Path()]) -> UploadView:
-    return UploadView.of(uploads.get_upload(authorize(app).tenant, upload_id), clock.now())
+def get_upload(upload_id: Annotated[str, Path()], wait: WaitSeconds = None) -> UploadView:
+    tenant = authorize(app).tenant
+    upload = uploads.get_upload(tenant, upload_id)
+    if wait is not None:
+        upload = _wait_for_upload(tenant, upload, wait)
+    return UploadView.of(upload, clock.now())
 
 
 @app.delete(

@@ -8,6 +8,7 @@ import argparse
 import hashlib
 import json
 import os
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from packyard_cli import rules
 from packyard_cli.arguments import ReleaseRef, release_ref
 from packyard_cli.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError, segment
-from packyard_cli.commands.context import Context, paginate, resolve_release, wait_for
+from packyard_cli.commands.context import Context, paginate, resolve_release, wait_for, wait_seconds
 from packyard_cli.folder import FolderFiles, PackageConfig, collect, load_config, read_files
 from packyard_cli.output import Column, dig
 from packyard_cli.render import (
@@ -291,7 +292,10 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
         ctx.note(f"uploaded {human_size(len(archive))} to the presigned URL")
     else:
         ctx.note("the service already holds this archive: nothing to upload")
-    completed = ctx.client.request("POST", f"/v1/uploads/{segment(upload_id)}/complete")
+    deadline = time.monotonic() + args.wait_timeout
+    # the service answers once the upload is published or rejected, within the wait: most need no further request
+    prefer = {} if args.no_wait else {"Prefer": f"wait={wait_seconds(deadline)}"}
+    completed = ctx.client.request("POST", f"/v1/uploads/{segment(upload_id)}/complete", headers=prefer)
     if args.no_wait:
         ctx.show(
             completed.body,
@@ -301,15 +305,20 @@ def cmd_publish(ctx: Context, args: argparse.Namespace) -> int:
         return EXIT_OK
 
     def fetch() -> dict[str, Any]:
-        return dict(ctx.client.request("GET", f"/v1/uploads/{segment(upload_id)}").body)
+        path = f"/v1/uploads/{segment(upload_id)}"
+        return dict(ctx.client.request("GET", path, params={"wait": wait_seconds(deadline)}).body)
 
-    final = wait_for(
-        ctx,
-        fetch,
-        done=lambda body: body.get("state") in UPLOAD_STOPS,
-        label=lambda body: f"verifying {package}@{version}: {body.get('state')}",
-        timeout=args.wait_timeout,
-    )
+    if completed.body.get("state") in UPLOAD_STOPS:
+        final = dict(completed.body)
+    else:
+        final = wait_for(
+            ctx,
+            fetch,
+            done=lambda body: body.get("state") in UPLOAD_STOPS,
+            label=lambda body: f"verifying {package}@{version}: {body.get('state')}",
+            timeout=max(0.0, deadline - time.monotonic()),
+            server_waits=True,
+        )
     if final.get("state") == "published":
         release = ctx.client.request("GET", base).body
         ctx.show(release, render=lambda: render_release(ctx, release, "published"), columns=release_row_columns())

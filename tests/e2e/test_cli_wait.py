@@ -161,3 +161,16 @@ def test_a_service_that_waits_for_nothing_is_polled_until_it_settles(tenant_cli:
         assert done.json()["state"] == "settled"
         reads = proxy.operation_reads()
         assert len(reads) >= 1 and all("wait" in read for read in reads)
+
+
+def test_publish_makes_no_poll_requests(stack: Stack, proxy: CountingProxy, tmp_path) -> None:
+    cli = Cli(stack, f"t-{uuid.uuid4().hex[:10]}", endpoint=proxy.url)
+    folder = write_skill(tmp_path / "weather-skill")
+
+    published = cli("--json", "publish", str(folder), "-p", "weather-skill", "--version", "1.0.0")
+
+    assert published.code == 0, published.output
+    completes = [status for method, path, _, status in proxy.seen if method == "POST" and path.endswith("/complete")]
+    upload_reads = [path for method, path, _, _ in proxy.seen if method == "GET" and path.startswith("/v1/uploads/")]
+    assert completes == [200]  # answered published within Prefer: wait
+    assert upload_reads == []

@@ -80,7 +80,7 @@ def test_an_operation_at_rest_is_answered_without_a_read(state: OperationState):
         raise AssertionError("read an operation at rest")
 
     waited = waiting.until_at_rest(_operation(state), unexpected, 20)
-    assert (waited.operation.state, waited.reads, waited.paused) == (state, 0, 0.0)
+    assert (waited.record.state, waited.reads, waited.paused) == (state, 0, 0.0)
 
 
 def test_the_wait_answers_as_soon_as_another_thread_settles_the_operation():
@@ -105,7 +105,7 @@ def test_the_wait_answers_as_soon_as_another_thread_settles_the_operation():
     settler.start()
     waited = waiting.until_at_rest(_operation(OperationState.ADMITTED), read, 20)
 
-    assert waited.operation.state is OperationState.SETTLED
+    assert waited.record.state is OperationState.SETTLED
     assert waited.reads == 3
     assert waited.paused == pytest.approx(0.1 + 0.2 + 0.4)
 
@@ -124,7 +124,7 @@ def test_the_wait_times_out_at_n_with_the_operation_as_it_stands():
 
     waited = waiting.until_at_rest(_operation(OperationState.PLANNED), read, 5, clock=lambda: now[0], pause=pause)
 
-    assert waited.operation.state is OperationState.COMMITTED
+    assert waited.record.state is OperationState.COMMITTED
     assert waited.paused == waited.elapsed == pytest.approx(5)
     assert read_at[-1] == pytest.approx(1005.0)
     # 0.1, 0.2, 0.4, 0.8, then 1 s pauses, the last one cut at the deadline

@@ -18,9 +18,11 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from packyard.operations.models import Operation, OperationState
+
+Record = TypeVar("Record")
 
 MAX_WAIT_SECONDS = 20
 FIRST_PAUSE_SECONDS = 0.1
@@ -34,11 +36,11 @@ _WAIT_PREFERENCE = re.compile(r'^\s*wait\s*=\s*"?(\d{1,9})"?\s*(?:;.*)?$', re.IG
 
 
 @dataclass(frozen=True)
-class Waited:
-    """The operation as the wait last read it, how many reads it took, the seconds it paused and the seconds it
-    took in all (pauses and reads)."""
+class Waited(Generic[Record]):
+    """The record (an operation, an upload) as the wait last read it, how many reads it took, the seconds it
+    paused and the seconds it took in all (pauses and reads)."""
 
-    operation: Operation
+    record: Record
     reads: int
     paused: float
     elapsed: float
@@ -82,14 +84,28 @@ def until_at_rest(
     *,
     clock: Callable[[], float] = time.monotonic,
     pause: Callable[[float], None] = time.sleep,
-) -> Waited:
+) -> Waited[Operation]:
     """Read the operation again, with growing pauses, until it is at rest or ``seconds`` pass; the last read is
     made at the deadline, so an operation still moving is answered as it stands then."""
+    return until(current, read, at_rest, seconds, clock=clock, pause=pause)
+
+
+def until(
+    current: Record,
+    read: Callable[[], Record],
+    done: Callable[[Record], bool],
+    seconds: float,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    pause: Callable[[float], None] = time.sleep,
+) -> Waited[Record]:
+    """Read ``current`` again with ``read``, after the pauses of :func:`pause_before`, until ``done`` or
+    ``seconds`` pass (the last pause cut at the deadline)."""
     started = clock()
     deadline = started + seconds
     reads = 0
     paused = 0.0
-    while not at_rest(current):
+    while not done(current):
         left = deadline - clock()
         if left <= 0:
             break
