@@ -12,7 +12,7 @@ from typing import Any
 
 from packyard_cli import attestations
 from packyard_cli.arguments import exact_release
-from packyard_cli.client import EXIT_OK, EXIT_USAGE, CliError, segment
+from packyard_cli.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError, segment
 from packyard_cli.commands.context import Context
 from packyard_cli.output import Column, dig
 from packyard_cli.profiles import config_path
@@ -88,7 +88,7 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
             raise CliError(
                 f"{package}@{version} has no signed statement (published before releases were signed)",
                 code="unsigned_release",
-                exit_code=attestations.EXIT_TAMPERED,
+                exit_code=EXIT_REFUSED,
             )
         raw = json.dumps(ctx.client.request("GET", str(link)).body).encode()
     try:

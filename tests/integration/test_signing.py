@@ -250,3 +250,22 @@ def test_kms_itself_verifies_the_envelope_signature_over_the_pae(acme, stack) ->
 
     assert valid(envelope.signed_bytes())
     assert not valid(envelope.payload)
+
+
+def test_a_release_published_before_signing_has_no_attestation(acme, stack) -> None:
+    """A release item without ``attestation`` (published before releases were signed) reads as before, without the
+    link, and its attestation is 404 naming why."""
+    _published(acme, "hello", "1.0.0", b"# hello\n")
+    boto3.client("dynamodb", region_name=stack.region).update_item(
+        TableName=stack.table_name,
+        Key={"pk": {"S": "TENANT#t-acme#PACKAGE#hello"}, "sk": {"S": "VERSION#1.0.0"}},
+        UpdateExpression="REMOVE attestation",
+    )
+
+    release = acme.get("/v1/packages/hello/versions/1.0.0")
+    answer = acme.get("/v1/packages/hello/versions/1.0.0/attestation")
+
+    assert release.status == 200
+    assert "attestation" not in release.body
+    assert answer.status == 404
+    assert "before releases were signed" in answer.body["detail"]
