@@ -173,6 +173,7 @@ class LoadResult:
     lifecycles: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stack_cpu_seconds: float = 0.0
 
 
 def load(stack: StackProcess, clients: int, seconds: float, wait: int | None = None) -> tuple[LoadResult, float]:
@@ -215,12 +216,13 @@ def load(stack: StackProcess, clients: int, seconds: float, wait: int | None = N
         except (Failed, OSError):
             return  # counted; this client stops
 
-    started = time.perf_counter()
+    started, cpu_before = time.perf_counter(), stack.cpu_seconds()
     threads = [threading.Thread(target=cycle, args=(n,)) for n in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
+    result.stack_cpu_seconds = stack.cpu_seconds() - cpu_before
     return result, time.perf_counter() - started
 
 
@@ -357,6 +359,12 @@ def report_load(
             f"   lifecycle (to settled)            p50 {ms(p50):>5} ms   "
             f"p99 {ms(percentile(result.lifecycles, 99)):>5} ms   "
             f"(target p50 < {ms(LOAD_TARGET_LIFECYCLE_P50)} ms)  {verdict(p50 < LOAD_TARGET_LIFECYCLE_P50)}"
+        )
+    if done:
+        cpu = result.stack_cpu_seconds / done
+        print(
+            f"   the stack's CPU per operation: {cpu * 1000:.0f} ms (its requests and executions together; the "
+            f"stack's state is in one process, so {1 / cpu:.1f} operations/s is its ceiling on one core)"
         )
     print(f"   errors: {len(result.errors)} (target 0)  {verdict(not result.errors)}")
     for error in result.errors[:5]:

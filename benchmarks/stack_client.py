@@ -58,6 +58,11 @@ class StackProcess:
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmRSS")
 
+    def cpu_seconds(self) -> float:
+        """CPU time the stack process has used so far (user + system, ``/proc/<pid>/stat``)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def threads(self) -> int:
         return len(os.listdir(f"/proc/{self.process.pid}/task"))
 
