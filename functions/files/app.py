@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from aws_lambda_powertools.event_handler.openapi.params import Path
+from aws_lambda_powertools.event_handler.openapi.params import Header, Path
 
-from packyard.api.file_responses import file_response, file_responses
+from packyard.api.file_responses import file_response, file_responses, held_by
 from packyard.api.principal import authorize
 from packyard.api.resolver import build_resolver, serve
 from packyard.api.routes import contract
@@ -25,6 +25,12 @@ REVALIDATE = "private, no-cache"
 # route's answer through its return annotation (any, ``Response[Any]`` and ``Response[bytes]`` included), which
 # decodes a bytes body as UTF-8 and fails on a binary file; without one the bytes reach ResponseBuilder untouched,
 # which base64-encodes them (isBase64Encoded) as API Gateway expects. Their OpenAPI responses are declared below.
+
+
+IfNoneMatch = Annotated[
+    str | None,
+    Header(alias="if-none-match", description='ETags held, e.g. "<sha256>": a file with one of them answers 304'),
+]
 
 
 def _file_contract(permission: Permission) -> dict[str, Any]:
@@ -53,10 +59,13 @@ def _requested_path(file_path: str) -> str:
     **_file_contract(Permission.READ_PACKAGES),
 )
 def get_release_file(  # type: ignore[no-untyped-def]  # see BINARY_ANSWER
-    package: Annotated[str, Path()], version: Annotated[str, Path()], file_path: Annotated[str, Path()]
+    package: Annotated[str, Path()],
+    version: Annotated[str, Path()],
+    file_path: Annotated[str, Path()],
+    if_none_match: IfNoneMatch = None,
 ):
     tenant = authorize(app).tenant
-    found = files.release_file(tenant, package, version, _requested_path(file_path))
+    found = files.release_file(tenant, package, version, _requested_path(file_path), held=held_by(if_none_match))
     return file_response(found, cache_control=IMMUTABLE)
 
 
@@ -72,10 +81,14 @@ def get_release_file(  # type: ignore[no-untyped-def]  # see BINARY_ANSWER
     **_file_contract(Permission.READ_WORKSPACES),
 )
 def get_installation_file(  # type: ignore[no-untyped-def]  # see BINARY_ANSWER
-    workspace: Annotated[str, Path()], installation_id: Annotated[str, Path()], file_path: Annotated[str, Path()]
+    workspace: Annotated[str, Path()],
+    installation_id: Annotated[str, Path()],
+    file_path: Annotated[str, Path()],
+    if_none_match: IfNoneMatch = None,
 ):
     tenant = authorize(app).tenant
-    found = files.installation_file(tenant, workspace, installation_id, _requested_path(file_path))
+    held = held_by(if_none_match)
+    found = files.installation_file(tenant, workspace, installation_id, _requested_path(file_path), held=held)
     return file_response(found, cache_control=REVALIDATE)
 
 

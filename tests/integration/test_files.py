@@ -273,3 +273,21 @@ def test_a_reclaimed_archive_takes_its_file_pack_and_large_files_with_it(acme, s
     # Then its pack and large file are gone with its archive, and the other release's stay and read
     assert {key.split("/")[2] for key in all_keys(stack, "files/t-acme/")} == {kept.archive_sha256}
     assert _read(acme, "/v1/packages/kept/versions/1.0.0", "large.bin") == b"k" * 200
+
+
+def test_a_caller_holding_the_files_etag_gets_304_and_no_bytes_are_read(acme) -> None:
+    from devstack.counting import count_aws_requests
+
+    _small_package(acme)
+    path = "/v1/packages/small/versions/1.0.0/files/SKILL.md"
+    etag = _headers(_get_file(acme, path))["etag"]
+
+    with count_aws_requests() as counted:
+        held = acme.api.call(http_event("GET", path, claims=acme.claims, headers={"If-None-Match": f'W/"x", {etag}'}))
+    stale = acme.api.call(http_event("GET", path, claims=acme.claims, headers={"If-None-Match": '"' + "0" * 64 + '"'}))
+
+    assert held["statusCode"] == 304
+    assert not held.get("body")
+    assert _headers(held)["etag"] == etag
+    assert counted[("s3", "GetObject")] == 0  # the manifest is kept; the pack is not read for a 304
+    assert stale["statusCode"] == 200 and _body(stale) == b"# skill\n"

@@ -8,6 +8,7 @@ read it) and a strong ``ETag`` (the sha256 in hex): a client checks what it got 
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any, Self
 
 from aws_lambda_powertools.event_handler import Response
@@ -15,9 +16,10 @@ from pydantic import Field
 
 from packyard.api.base import ApiModel
 from packyard.api.times import Timestamp
-from packyard.publishing.files import ReleaseFile
+from packyard.publishing.files import NOTHING_HELD, Held, ReleaseFile
 
 OCTET_STREAM = "application/octet-stream"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class FileLinkView(ApiModel):
@@ -46,9 +48,23 @@ def digest_headers(found: ReleaseFile) -> dict[str, str]:
     }
 
 
+def held_by(if_none_match: str | None) -> Held:
+    """The entity tags of an ``If-None-Match`` (RFC 9110 13.1.2: weak comparison, so ``W/`` is ignored; ``*``
+    matches any file); a tag that is not a sha256 holds nothing."""
+    if not if_none_match:
+        return NOTHING_HELD
+    if if_none_match.strip() == "*":
+        return Held(anything=True)
+    tags = (tag.strip().removeprefix("W/").strip('"') for tag in if_none_match.split(","))
+    return Held(sha256s=frozenset(tag for tag in tags if _SHA256.fullmatch(tag)))
+
+
 def file_response(found: ReleaseFile, *, cache_control: str) -> Response[Any]:
-    """200 with the bytes (base64 through API Gateway), or 307 to the file's own object."""
+    """200 with the bytes (base64 through API Gateway), 307 to the file's own object, or 304 (no body) to a caller
+    that holds them."""
     headers = {**digest_headers(found), "Cache-Control": cache_control}
+    if found.not_modified:
+        return Response(status_code=304, headers=headers)
     if found.content is not None:
         headers["Content-Length"] = str(len(found.content))
         return Response(status_code=200, content_type=OCTET_STREAM, body=found.content, headers=headers)
@@ -71,4 +87,5 @@ def file_responses(documented: dict[int, Any]) -> dict[int, Any]:
             "description": "A large file: Location is a short-lived URL of exactly its bytes (Repr-Digest, ETag)",
             "content": {"application/json": {"model": FileLinkView}},
         },
+        304: {"description": "If-None-Match names the file's ETag (its sha256): the caller holds these bytes"},
     }

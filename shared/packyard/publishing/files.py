@@ -60,6 +60,21 @@ class ReleaseFile:
     content: bytes | None = None
     url: str | None = None
     expires_at: int | None = None
+    not_modified: bool = False  # the caller holds these bytes already (its If-None-Match named their sha256)
+
+
+@dataclass(frozen=True)
+class Held:
+    """What a conditional read's caller holds: file sha256s, or anything (``If-None-Match: *``)."""
+
+    sha256s: frozenset[str] = frozenset()
+    anything: bool = False
+
+    def holds(self, sha256: str) -> bool:
+        return self.anything or sha256 in self.sha256s
+
+
+NOTHING_HELD = Held()
 
 
 class _Cache:
@@ -99,7 +114,9 @@ def forget_cached() -> None:
     _manifests, _indexes = _Cache(CACHED_RELEASES), _Cache(CACHED_RELEASES)
 
 
-def installation_file(tenant: str, workspace_id: str, installation_id: str, path: str) -> ReleaseFile:
+def installation_file(
+    tenant: str, workspace_id: str, installation_id: str, path: str, *, held: Held = NOTHING_HELD
+) -> ReleaseFile:
     """A file of the installation's active release."""
     try:
         check_workspace_id(workspace_id)
@@ -112,11 +129,12 @@ def installation_file(tenant: str, workspace_id: str, installation_id: str, path
     release = catalog.find_release(tenant, found.release.package, found.release.version, consistent=False)
     if release is None or release.manifest_digest != found.release.manifest_digest:
         raise NotFound(NO_SUCH_FILE)
-    return _release_file(tenant, release, path)
+    return _release_file(tenant, release, path, held)
 
 
-def release_file(tenant: str, package: str, version: str, path: str) -> ReleaseFile:
-    """A file of the release ``package@version``."""
+def release_file(tenant: str, package: str, version: str, path: str, *, held: Held = NOTHING_HELD) -> ReleaseFile:
+    """A file of the release ``package@version``. ``held``: the sha256s the caller holds (``If-None-Match``); a file
+    whose sha256 is one of them is answered ``not_modified`` without reading its bytes (the manifest says them)."""
     try:
         check_package_name(package)
         check_version(version)
@@ -125,10 +143,10 @@ def release_file(tenant: str, package: str, version: str, path: str) -> ReleaseF
     release = catalog.find_release(tenant, package, version, consistent=False)
     if release is None:
         raise NotFound(NO_SUCH_FILE)
-    return _release_file(tenant, release, path)
+    return _release_file(tenant, release, path, held)
 
 
-def _release_file(tenant: str, release: Release, path: str) -> ReleaseFile:
+def _release_file(tenant: str, release: Release, path: str, held: Held = NOTHING_HELD) -> ReleaseFile:
     subject = f"{release.package}@{release.version}"
     if release.blobs_released_at is not None:
         raise ReleaseUnavailable(f"{subject} was yanked and its stored bytes reclaimed")
@@ -137,6 +155,8 @@ def _release_file(tenant: str, release: Release, path: str) -> ReleaseFile:
     entry = _files_of(tenant, release).get(path)
     if entry is None:  # not a file of the release: a directory, '..', an encoded slash, a path it does not hold
         raise NotFound(NO_SUCH_FILE)
+    if held.holds(entry.sha256):
+        return ReleaseFile(release.package, release.version, entry.path, entry.size, entry.sha256, not_modified=True)
     if entry.size > file_pack.INLINE_MAX_BYTES:
         return _large_file(tenant, release, entry)
     content = _small_file_bytes(tenant, release, entry)
