@@ -51,3 +51,39 @@ def test_other_parameters_stay_one_segment() -> None:
     pattern = Resolver._compile_regex("/v1/packages/<package>/versions/<version>")
     assert pattern.match("/v1/packages/p/versions/1.0.0") is not None
     assert pattern.match("/v1/packages/p/q/versions/1.0.0") is None
+
+
+class _BrokenStream:
+    """An archive's body whose connection breaks after the first read (what botocore raises then)."""
+
+    def __init__(self, first: bytes) -> None:
+        self._first: bytes | None = first
+
+    def read(self, size: int = -1) -> bytes:
+        from botocore.exceptions import ReadTimeoutError
+
+        if self._first is not None:
+            chunk, self._first = self._first[:size] if size > 0 else self._first, None
+            return chunk
+        raise ReadTimeoutError(endpoint_url="https://s3.example")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_broken_archive_read_while_packing_is_transient_never_a_rejection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from packyard.config import Limits
+    from packyard.errors import TransientStoreError
+    from packyard.publishing import file_pack
+    from packyard.publishing.manifest import parse_manifest
+    from packyard.store import blobs, file_packs
+    from packyard_cli.build import build_from_files
+
+    built = build_from_files({"SKILL.md": b"x" * 5000})
+    monkeypatch.setattr(file_packs, "exists", lambda key: False)
+    monkeypatch.setattr(
+        blobs, "open_stream", lambda key: blobs.OpenedObject(stream=_BrokenStream(built.archive[:20]), etag="", size=0)
+    )
+
+    with pytest.raises(TransientStoreError):
+        file_pack.write_file_pack("t-x", built.archive_sha256, parse_manifest(built.manifest, Limits()), replace=False)

@@ -97,7 +97,7 @@ def write_file_pack(tenant: str, archive_sha256: str, manifest: Manifest, *, rep
     objects: set[str] = set()
     seen: set[str] = set()
     try:
-        with tarfile.open(fileobj=opened.stream, mode="r|gz") as archive:
+        with file_packs.reading_objects(), tarfile.open(fileobj=opened.stream, mode="r|gz") as archive:
             for member in archive:
                 if not member.isfile():
                     continue

@@ -221,7 +221,7 @@ def _from_archive(tenant: str, release: Release, entry: FileEntry) -> bytes:
     if opened is None:
         _unusable(tenant, release, found=None, why="the archive is missing")
     try:
-        with tarfile.open(fileobj=opened.stream, mode="r|gz") as archive:
+        with file_packs.reading_objects(), tarfile.open(fileobj=opened.stream, mode="r|gz") as archive:
             for member in archive:
                 if member.isfile() and member.name.removeprefix("./") == entry.path:
                     source = archive.extractfile(member)

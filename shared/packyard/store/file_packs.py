@@ -12,6 +12,8 @@ upload); a large file is one PUT carrying the manifest's sha256 as its checksum,
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import IO, Any
 from urllib.parse import quote
 
@@ -93,6 +95,19 @@ class PackWriter:
             )
         except Exception as exc:
             raise _translate(exc) from exc
+
+
+@contextmanager
+def reading_objects() -> Iterator[None]:
+    """Around the reading of an opened object's stream (``blobs.open_stream``): a broken or timed-out read is a
+    ``TransientStoreError`` (retried), never a botocore error a state machine's Catch would take for a refusal."""
+    try:
+        yield
+    except Exception as exc:
+        translated = _translate(exc)
+        if translated is exc:
+            raise
+        raise translated from exc
 
 
 def put_file_object(key: str, body: IO[bytes], size: int, sha256_hex: str) -> None:
