@@ -6,13 +6,16 @@ retried step puts the same ``detail.eventId`` again (at least once; consumers de
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
 import boto3
+import jsonschema
 import pytest
 
-from devstack import event_log
+from devstack import ROOT, event_log
 from devstack.caller import Caller
 from packyard import changes, clock
 from packyard.api.times import rfc3339
@@ -28,9 +31,18 @@ API_READ = [{"kind": "api_read"}]
 DAY = 24 * 3600
 
 
+SCHEMAS = {
+    kind: json.loads((ROOT / "docs" / "events" / f"{kind.lower().replace(' ', '-')}.schema.json").read_text())
+    for kind in changes.KINDS
+}
+
+
 def recorded(stack: Any, kind: str | None = None) -> list[dict[str, Any]]:
+    """The events moto's bus delivered to the recorder, each checked against its documented schema."""
     logs = boto3.client("logs", region_name=stack.region)
     found = event_log.read(logs, stack.event_logs["PackyardEventBus"])
+    for event in found:
+        jsonschema.validate(event["detail"], SCHEMAS[event["detail-type"]])  # docs/events/<kind>.schema.json
     return [e for e in found if kind is None or e["detail-type"] == kind]
 
 
@@ -174,3 +186,14 @@ def test_an_event_the_bus_does_not_take_fails_the_step_so_its_retry_puts_it(
     monkeypatch.setattr(bus, "client", lambda service: type("Refusing", (), {"put_events": lambda *a, **k: refused}))
     with pytest.raises(TransientStoreError, match="InternalFailure"):
         changes.emit((changes.RELEASE_YANKED, {"eventId": changes.event_id(changes.RELEASE_YANKED, "t-acme")}))
+
+
+def test_the_documented_schemas_name_exactly_the_fields_the_events_carry() -> None:
+    """README's table and docs/events/ list the same top-level fields for each kind."""
+    readme = (ROOT / "README.md").read_text()
+    for kind, schema in SCHEMAS.items():
+        (row,) = [line for line in readme.splitlines() if line.startswith(f"| `{kind}` |")]
+        fields = re.split(r"(?<!\\)\|", row)[3]  # the detail column (a value's own pipes are escaped)
+        listed = re.sub(r"\([^)]*\)|\{[^}]*\}", "", fields)  # without values in (...) and nested fields in {...}
+        top_level = set(re.findall(r"`(\w+)`", listed))
+        assert top_level == set(schema["properties"]), (kind, top_level ^ set(schema["properties"]))
