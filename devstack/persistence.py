@@ -18,11 +18,13 @@ backends before the stack serves anything:
   ``ABORTED`` (error ``States.Runtime``), as if stopped, and the maintenance sweeps settle what it was doing, exactly
   as they settle an execution that ended on AWS without settling.
 
-A record is one line ``<crc32 hex> <json>\\n`` written with one ``write`` and flushed with ``fdatasync``: a ``kill -9``
-at any point leaves whole records plus at most one torn last line, which the next start recognises (its checksum)
-and cuts off. Each start folds the journal into the latest image per item, object and execution and writes that
-as a new journal (temporary file, fsync, rename), so the journal holds one record per live thing plus what changed
-since the last start.
+A record is one line ``<crc32 hex> <json>\\n``. One flusher thread writes the records queued meanwhile with one
+``write`` and one ``fdatasync`` (group commit, never under moto's locks), and the request that made a change is
+answered only once its records are synced: a ``kill -9`` at any point loses nothing that was answered, and leaves
+whole records plus at most one torn last line, which the next start recognises (its checksum) and cuts off.
+Each start folds the journal into the latest image per item, object, execution and key set and writes that as a new
+journal (temporary file, fsync, rename), so the journal holds one record per live thing plus what changed since the
+last start.
 
 Not kept: TransactWriteItems idempotency tokens (10 minutes), execution histories (GetExecutionHistory of an
 execution from before the restart answers no events), in-flight multipart uploads (their parts), and anything
@@ -139,59 +141,67 @@ def write_atomically(path: Path, chunks: Iterable[bytes]) -> None:
 
 
 class Journal:
-    """The open journal. :meth:`append` writes a whole record with one ``write`` (in the order of the callers' lock:
-    once it returned, a kill of the process cannot lose it); :meth:`wait_durable` then waits, outside that lock, until
-    a ``fdatasync`` covered it. One flusher thread syncs whatever was written meanwhile, so concurrent writers share
-    one sync (group commit) instead of each holding the lock through its own."""
+    """The open journal, written by one flusher thread (group commit). :meth:`append` only queues a whole record, in
+    the order of the callers' lock, and returns at once; the flusher writes whatever was queued meanwhile with one
+    ``write`` and one ``fdatasync``, and :meth:`wait_durable` (called outside every lock, before the request that made
+    the change is answered) returns once that covered the record. No write or sync happens under a caller's lock:
+    appending to the page a sync is writing back can block ``write`` for the length of the device's write, and
+    DynamoDB's lock (held through a whole transaction) would wait with it. A record not yet written when the process
+    dies was never acknowledged: the request that made it was still waiting."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._changed = threading.Condition()
-        self._written = 0
+        self._pending: list[bytes] = []
+        self._queued = 0
         self._synced = 0
         self._closed = False
-        self._flusher = threading.Thread(target=self._sync_written, name="packyard-journal", daemon=True)
+        self._flusher = threading.Thread(target=self._write_queued, name="packyard-journal", daemon=True)
         self._flusher.start()
 
     @property
     def records(self) -> int:
-        return self._written
+        return self._queued
 
     def append(self, record: dict[str, Any]) -> int:
-        """Write ``record``; its sequence number (for :meth:`wait_durable`)."""
+        """Queue ``record``; its sequence number (for :meth:`wait_durable`)."""
         line = encode_record(record)
         with self._changed:
-            os.write(self._fd, line)
-            self._written += 1
+            self._pending.append(line)
+            self._queued += 1
             self._changed.notify_all()
-            return self._written
+            return self._queued
 
     def wait_durable(self, sequence: int) -> None:
         with self._changed:
             while self._synced < sequence and not self._closed:
                 self._changed.wait()
 
-    def _sync_written(self) -> None:
+    def _write_queued(self) -> None:
         while True:
             with self._changed:
-                while self._synced == self._written and not self._closed:
+                while not self._pending and not self._closed:
                     self._changed.wait()
-                if self._closed:
-                    return
-                target = self._written
+                if not self._pending:
+                    return  # closed, and everything queued is written
+                lines, self._pending = self._pending, []
+                target = self._queued
+            batch = memoryview(b"".join(lines))
+            while batch:
+                batch = batch[os.write(self._fd, batch) :]
             os.fdatasync(self._fd)
             with self._changed:
                 self._synced = target
                 self._changed.notify_all()
 
     def close(self) -> None:
+        """Write and sync what is queued, then close."""
         with self._changed:
             self._closed = True
             self._changed.notify_all()
         self._flusher.join()
         with contextlib.suppress(OSError):
-            os.fdatasync(self._fd)
             os.close(self._fd)
 
 
@@ -515,7 +525,7 @@ def record_keys(journal: Journal, world: World) -> None:
             if world.keys.get(backend) != keys:
                 world.keys[backend] = keys
                 sequence = journal.append({"k": "kms", "backend": backend, "keys": keys})
-    journal.wait_durable(sequence)
+    _awaits(sequence)
 
 
 # ------------------------------------------------------------------ recording changes
@@ -530,6 +540,14 @@ def _item_key(table: Any, attributes: dict[str, Any]) -> tuple[str, dict[str, An
     names = [table.hash_key_attr] + ([table.range_key_attr] if table.range_key_attr else [])
     key = {name: attributes[name] for name in names}
     return json.dumps(key, sort_keys=True, separators=(",", ":")), key
+
+
+def _awaits(sequence: int) -> None:
+    """This request's answer waits until record ``sequence`` is durable: :func:`journaled_app` waits at the
+    request's end, outside every lock moto or devstack holds while it writes (moto_fixes holds DynamoDB's lock
+    through a whole TransactWriteItems; a sync waited for in there would serialise every DynamoDB call behind it)."""
+    if sequence > getattr(_local, "sequence", 0):
+        _local.sequence = sequence
 
 
 def _touched_items() -> dict[tuple[str, str], dict[str, Any]]:
@@ -574,8 +592,7 @@ def _journaled_write(journal: Journal, name: str, original: Callable[..., Any]) 
     @functools.wraps(original)
     def write(self: Any, *args: Any, **kwargs: Any) -> Any:
         result, sequence = _write_and_record(self, args, kwargs)
-        if sequence:
-            journal.wait_durable(sequence)  # outside the lock: the next write need not wait for this one's sync
+        _awaits(sequence)
         return result
 
     def _write_and_record(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, int]:
@@ -666,7 +683,7 @@ def record_objects(journal: Journal, bodies: Path) -> None:
                 by_bucket.setdefault(bucket_name, []).append([key_name, image])
             for bucket_name, objects in by_bucket.items():
                 sequence = journal.append({"k": "s3", "bucket": bucket_name, "objects": objects})
-    journal.wait_durable(sequence)
+    _awaits(sequence)
 
 
 def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
@@ -676,7 +693,8 @@ def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
         # a request may run inside another on the same thread (an in-process Lambda invoked through the app calls S3
         # through it too): each records its own objects, and the outer one's are kept for its own end
         outer: set[tuple[str, str]] | None = getattr(_local, "objects", None)
-        _local.objects = set()
+        outer_sequence: int = getattr(_local, "sequence", 0)
+        _local.objects, _local.sequence = set(), 0
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         try:
             return app(environ, start_response)
@@ -686,7 +704,9 @@ def journaled_app(app: Callable[..., Any], data: DataDir) -> Callable[..., Any]:
                 record_objects(journal, data.path / OBJECTS)
                 if target.startswith("TrentService.") and target.partition(".")[2].startswith(_KEY_CHANGES):
                     record_keys(journal, data.world)
+                journal.wait_durable(_local.sequence)  # what this request changed is on disk before its answer
             _local.objects = outer if outer is not None else set()
+            _local.sequence = outer_sequence
 
     return application
 
@@ -702,11 +722,11 @@ def _execution_started(journal: Journal, original: Callable[..., Any]) -> Callab
             "input": self.execution_input,
             "startDate": self.start_date.isoformat(),
         }
-        journal.wait_durable(journal.append({"k": "sfn", "execution": started}))
+        _awaits(journal.append({"k": "sfn", "execution": started}))
         try:
             return original(self)
         except BaseException:
-            journal.wait_durable(journal.append({"k": "sfn", "execution": {"arn": self.exec_arn, "gone": True}}))
+            _awaits(journal.append({"k": "sfn", "execution": {"arn": self.exec_arn, "gone": True}}))
             raise
 
     return start
