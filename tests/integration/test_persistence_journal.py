@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 import devstack
 from devstack.persistence import (
     JOURNAL,
+    DataDir,
     DataDirInUse,
     Journal,
     World,
@@ -50,6 +51,20 @@ def test_a_record_cut_anywhere_leaves_the_whole_records_before_it(tmp_path: Path
         # Then the three whole records are read, and the torn one is not
         assert records == [_record(n) for n in range(3)], cut
         assert good == len(whole)
+
+
+def test_a_record_waited_for_is_in_the_file_before_the_journal_closes(tmp_path: Path) -> None:
+    path = tmp_path / JOURNAL
+    journal = Journal(path)
+    try:
+        sequences = [journal.append(_record(n)) for n in range(5)]
+        journal.wait_durable(sequences[-1])
+
+        # what an answered request changed is in the file (synced), whatever happens to the process next
+        assert read_journal(path)[0] == [_record(n) for n in range(5)]
+        assert sequences == [1, 2, 3, 4, 5]
+    finally:
+        journal.close()
 
 
 def test_an_altered_record_ends_what_is_trusted(tmp_path: Path) -> None:
@@ -90,24 +105,31 @@ def test_one_stack_per_data_directory(tmp_path: Path) -> None:
 
 
 @pytest.fixture
-def journaled(tmp_path: Path) -> Iterator[tuple[devstack.Stack, Path]]:
+def journaled(tmp_path: Path) -> Iterator[tuple[devstack.Stack, DataDir]]:
     with devstack.local_aws() as stack:
         data = open_data(tmp_path / "data")
         data.start_journal()
         try:
-            yield stack, tmp_path / "data"
+            yield stack, data
         finally:
             data.close()
 
 
-def _journaled_items(data: Path) -> dict[str, dict[str, object]]:
-    records, _ = read_journal(data / JOURNAL)
-    world: World = fold(records)
+def _synced(data: DataDir) -> list[dict[str, object]]:
+    """The journal's records once everything appended is synced (the local stack's answers wait for that at the
+    request's end; the in-process mock here has none)."""
+    assert data.journal is not None
+    data.journal.wait_durable(data.journal.records)
+    return read_journal(data.path / JOURNAL)[0]
+
+
+def _journaled_items(data: DataDir) -> dict[str, dict[str, object]]:
+    world: World = fold(_synced(data))
     return {key: item for items in world.items.values() for key, item in items.items()}
 
 
-def _item_records(data: Path) -> list[dict[str, object]]:
-    return [record for record in read_journal(data / JOURNAL)[0] if record["k"] == "ddb"]
+def _item_records(data: DataDir) -> list[dict[str, object]]:
+    return [record for record in _synced(data) if record["k"] == "ddb"]
 
 
 def _scanned(table: str) -> dict[str, dict[str, object]]:
@@ -118,7 +140,7 @@ def _scanned(table: str) -> dict[str, dict[str, object]]:
 
 
 def test_the_journal_holds_what_the_table_holds_after_writes_a_transaction_and_refusals(
-    journaled: tuple[devstack.Stack, Path],
+    journaled: tuple[devstack.Stack, DataDir],
 ) -> None:
     stack, data = journaled
     ddb = boto3.client("dynamodb")
@@ -172,4 +194,4 @@ def test_the_journal_holds_what_the_table_holds_after_writes_a_transaction_and_r
             json.dumps({"pk": {"S": "T"}, "sk": {"S": "a"}}, sort_keys=True, separators=(",", ":")),
         ]
     )
-    assert os.path.getsize(data / JOURNAL) == read_journal(data / JOURNAL)[1]
+    assert os.path.getsize(data.path / JOURNAL) == read_journal(data.path / JOURNAL)[1]
