@@ -163,7 +163,7 @@ def _with_problems(document: dict[str, Any]) -> dict[str, Any]:
         "type": "object",
         "title": "Problem",
         "description": "RFC 9457 problem details with a stable code; some codes add fields (expected/actual, "
-        "operationId/retryAfter, subCode, ...).",
+        "operationId/retryAfter, subCode, claim, requiredScope, ...).",
         "required": ["type", "title", "status", "code", "detail"],
         "properties": {
             "type": {"type": "string"},
@@ -172,6 +172,11 @@ def _with_problems(document: dict[str, Any]) -> dict[str, Any]:
             "code": {"type": "string", "enum": codes},
             "detail": {"type": "string"},
             "subCode": {"type": "string", "enum": sorted(str(c) for c in errors.ArchiveRejectCode)},
+            "claim": {
+                "type": "string",
+                "description": "401 unauthorized: the token claim that was missing or unreadable",
+            },
+            "requiredScope": {"type": "string", "description": "403 forbidden: the scope the route needs"},
         },
         "additionalProperties": True,
     }

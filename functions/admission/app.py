@@ -34,7 +34,7 @@ from packyard.observability import HTTP_CORRELATION, lambda_entry
 from packyard.operations import admission, preview, waiting
 from packyard.operations.drafting import OperationRequest
 from packyard.operations.models import Action, ChangeRequest, InstallRequest, Operation, PromoteRequest
-from packyard.workspaces import queries
+from packyard.store import workspace as workspace_store
 
 app = build_resolver()
 
@@ -86,7 +86,8 @@ def _admit(
 
 
 def _reread(op: Operation) -> Operation:
-    return queries.get_operation(op.tenant, op.workspace, op.operation_id)
+    """The operation as stored now (a consistent read); the one just admitted if it is not found (it never leaves)."""
+    return workspace_store.get_operation(op.tenant, op.workspace, op.operation_id) or op
 
 
 @app.put(
