@@ -85,8 +85,10 @@ def environ_for(request: Any, netloc: str) -> dict[str, Any]:
         "SERVER_PROTOCOL": "HTTP/1.1",
         "HTTP_HOST": netloc,  # what http.client adds on the wire
     }
-    headers = [(str(name), value.decode("latin-1") if isinstance(value, bytes) else str(value))
-               for name, value in request.headers.items()]
+    headers = [
+        (str(name), value.decode("latin-1") if isinstance(value, bytes) else str(value))
+        for name, value in request.headers.items()
+    ]
     preserved: dict[str, str] = {}
     dashed = {environ_key_for_header(name) for name, _ in headers if "_" not in name}
     for name, value in headers:
