@@ -14,7 +14,7 @@ import pytest
 
 from devstack.caller import ALL_SCOPES, Caller
 from packyard.operations import settlement, waiting
-from packyard.workspaces import queries
+from packyard.store import workspace as workspace_store
 from packyard_cli.build import build_from_files
 
 WS = "ws-1"
@@ -37,8 +37,9 @@ class Gate:
 def gate(monkeypatch) -> Iterator[Gate]:
     held = Gate(open_after_reads=None)
     settle_task = settlement.settle_task
-    read_operation = queries.get_operation
+    read_operation = workspace_store.get_operation
     until_at_rest = waiting.until_at_rest
+    waiting_here = threading.local()  # set on the thread of a handler that waits, while it waits
 
     def gated_settle(*args: Any, **kwargs: Any) -> Any:
         assert held.opened.wait(timeout=60), "the test never opened the gate"
@@ -46,19 +47,23 @@ def gate(monkeypatch) -> Iterator[Gate]:
 
     def counted_read(tenant: str, workspace: str, operation_id: str) -> Any:
         op = read_operation(tenant, workspace, operation_id)
-        if op.in_flight and not held.opened.is_set():
+        if getattr(waiting_here, "on", False) and op is not None and op.in_flight and not held.opened.is_set():
             held.reads_in_flight += 1
             if held.open_after_reads is not None and held.reads_in_flight >= held.open_after_reads:
                 held.open()
         return op
 
     def recorded_wait(*args: Any, **kwargs: Any) -> waiting.Waited:
-        waited = until_at_rest(*args, **kwargs)
+        waiting_here.on = True
+        try:
+            waited = until_at_rest(*args, **kwargs)
+        finally:
+            waiting_here.on = False
         held.waits.append(waited)
         return waited
 
     monkeypatch.setattr(settlement, "settle_task", gated_settle)
-    monkeypatch.setattr(queries, "get_operation", counted_read)
+    monkeypatch.setattr(workspace_store, "get_operation", counted_read)
     monkeypatch.setattr(waiting, "until_at_rest", recorded_wait)
     yield held
     held.open()  # never leave an execution waiting
