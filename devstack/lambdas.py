@@ -99,7 +99,8 @@ def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> N
     """Patch moto's Lambda backends (idempotent) and register the stack's functions plus ``extra`` ones. Also
     applies :mod:`devstack.moto_fixes` (flat memory, transactions without table copies): every local runtime
     installs the dispatcher, so every one gets them. And :mod:`devstack.limits` (AWS's payload, concurrency and
-    history limits), for the same reason. And :mod:`devstack.moto_speed` (moto's costs that made the stack CPU-bound)."""
+    history limits), for the same reason. And :mod:`devstack.moto_speed` (moto's costs that made the stack
+    CPU-bound)."""
     moto_fixes.install()
     moto_speed.install()
     limits.install()

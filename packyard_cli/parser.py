@@ -181,8 +181,7 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group.add_argument(
         "--token",
         default=default(None),
-        help="bearer token (default: $PACKYARD_TOKEN, the profile's token_command or packyard login; locally: "
-        "minted)",
+        help="bearer token (default: $PACKYARD_TOKEN, the profile's token_command or packyard login; locally: minted)",
     )
     group.add_argument(
         "--profile", default=default(None), help="a profile of the config file (default: $PACKYARD_PROFILE or default)"
