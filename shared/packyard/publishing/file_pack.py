@@ -190,4 +190,4 @@ def delete_file_pack(tenant: str, archive_sha256: str) -> None:
         found = read_index(tenant, archive_sha256)
     except PackDamaged:
         found = None
-    file_packs.delete_objects(pack_object_keys(tenant, archive_sha256, found[0] if found else None))
+    blobs.delete_prefix_objects(pack_object_keys(tenant, archive_sha256, found[0] if found else None))

@@ -171,6 +171,7 @@ def delete(key: str) -> None:
 
 
 def delete_prefix_objects(keys: list[str]) -> None:
+    """Delete these keys in one request (a key already gone succeeds)."""
     if not keys:
         return
     try:

@@ -194,13 +194,3 @@ def presigned_get(key: str, expires_in: int, filename: str) -> str:
         return str(_s3().generate_presigned_url("get_object", Params=params, ExpiresIn=expires_in))
     except Exception as exc:
         raise _translate(exc) from exc
-
-
-def delete_objects(keys: list[str]) -> None:
-    """Delete these keys (a key already gone succeeds)."""
-    if not keys:
-        return
-    try:
-        _s3().delete_objects(Bucket=bucket(), Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True})
-    except Exception as exc:
-        raise _translate(exc) from exc
