@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import pytest
 import requests
 
 from tests.e2e.helpers import Cli, write_skill
+from tests.support.proxies import Forward, ForwardingProxy, running
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
@@ -173,46 +172,25 @@ def test_token_mints_the_claims_the_authorizer_checks(cli: Cli) -> None:
     assert claims["exp"] - claims["iat"] == 600
 
 
-class AnswerLosingProxy(ThreadingHTTPServer):
+class AnswerLosingProxy(ForwardingProxy):
     """Forwards every request to the stack's API; the first upload-session request reaches the service, but its
     answer is lost (the connection closes without a response), as on a dropped connection or a gateway timeout."""
 
     def __init__(self, upstream: str) -> None:
-        super().__init__(("127.0.0.1", 0), _Forward)
-        self.upstream = upstream
+        super().__init__(upstream, _Forward)
         self.session_keys: list[str | None] = []
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
-
-class _Forward(BaseHTTPRequestHandler):
+class _Forward(Forward):
     server: AnswerLosingProxy
 
-    def forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "content-length", "connection"}}
-        url = self.server.upstream + self.path
-        answer = requests.request(self.command, url, data=body, headers=headers, timeout=60)
+    def answered(self, answer: requests.Response) -> None:
         if self.command == "POST" and self.path.endswith("/uploads"):
             self.server.session_keys.append(self.headers.get("Idempotency-Key"))
             if len(self.server.session_keys) == 1:
                 self.close_connection = True  # the service acted; the caller never hears
                 return
-        self.send_response(answer.status_code)
-        for name, value in answer.headers.items():
-            if name.lower() not in {"content-length", "content-encoding", "transfer-encoding", "connection"}:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(answer.content)))
-        self.end_headers()
-        self.wfile.write(answer.content)
-
-    do_GET = do_POST = do_PUT = do_DELETE = forward
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+        self.relay(answer)
 
 
 def tenant_used_bytes(cli: Cli) -> int:
@@ -227,16 +205,11 @@ def test_a_publish_whose_session_answer_is_lost_retries_into_the_same_session(cl
     folder = write_skill(tmp_path / "weather-skill")
     direct = Cli(cli.stack, f"{cli.tenant}-direct")
     assert direct("publish", str(folder), "-p", "weather-skill", "--version", "1.0.0").code == 0
-    proxy = AnswerLosingProxy(cli.stack.api)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
+    with running(AnswerLosingProxy(cli.stack.api)) as proxy:
         # When the CLI publishes through it
         published = Cli(cli.stack, cli.tenant, endpoint=proxy.url)(
             "publish", str(folder), "-p", "weather-skill", "--version", "1.0.0"
         )
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
 
     # Then it retried with the same Idempotency-Key, got the session it had already created, and published: the
     # tenant holds exactly what the direct publisher holds (no second session keeping a reservation until it expires)

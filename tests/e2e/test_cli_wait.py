@@ -10,33 +10,27 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import pytest
 import requests
 
 from tests.e2e.helpers import Cli, Stack, write_skill
+from tests.support.proxies import Forward, ForwardingProxy, running
 
 pytestmark = pytest.mark.xdist_group("e2e")
 
 
-class CountingProxy(ThreadingHTTPServer):
+class CountingProxy(ForwardingProxy):
     """Forwards every request to the stack's API and records (method, path, query, status). ``strip``: the waits
     it takes out of requests before forwarding them ("prefer": the ``Prefer`` header, "query": ``?wait=``), as a
     service that ignores them would."""
 
     def __init__(self, upstream: str, strip: frozenset[str] = frozenset()) -> None:
-        super().__init__(("127.0.0.1", 0), _Forward)
-        self.upstream = upstream
+        super().__init__(upstream, _Forward)
         self.strip = strip
         self.seen: list[tuple[str, str, dict[str, str], int]] = []
         self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
 
     def operation_reads(self) -> list[dict[str, str]]:
         return [query for method, path, query, _ in self.seen if method == "GET" and "/operations/" in path]
@@ -45,44 +39,32 @@ class CountingProxy(ThreadingHTTPServer):
         return [(m, p, s) for m, p, _, s in self.seen if m in ("PUT", "POST", "DELETE") and "/installations/" in p]
 
 
-class _Forward(BaseHTTPRequestHandler):
+class _Forward(Forward):
     server: CountingProxy
 
-    def forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        skip = {"host", "content-length", "connection"} | ({"prefer"} if "prefer" in self.server.strip else set())
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+    def outgoing_headers(self) -> dict[str, str]:
+        headers = super().outgoing_headers()
+        if "prefer" in self.server.strip:
+            return {k: v for k, v in headers.items() if k.lower() != "prefer"}
+        return headers
+
+    def outgoing_path(self) -> str:
         parts = urlsplit(self.path)
         query = dict(parse_qsl(parts.query))
         if "query" in self.server.strip:
             query.pop("wait", None)
-        url = self.server.upstream + parts.path + (f"?{urlencode(query)}" if query else "")
-        answer = requests.request(self.command, url, data=body, headers=headers, timeout=60)
+        return parts.path + (f"?{urlencode(query)}" if query else "")
+
+    def answered(self, answer: requests.Response) -> None:
+        parts = urlsplit(self.path)
         with self.server.lock:
             self.server.seen.append((self.command, parts.path, dict(parse_qsl(parts.query)), answer.status_code))
-        self.send_response(answer.status_code)
-        for name, value in answer.headers.items():
-            if name.lower() not in {"content-length", "content-encoding", "transfer-encoding", "connection"}:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(answer.content)))
-        self.end_headers()
-        self.wfile.write(answer.content)
-
-    do_GET = do_POST = do_PUT = do_DELETE = forward
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
+        self.relay(answer)
 
 
 def _proxy(stack: Stack, strip: frozenset[str] = frozenset()) -> Iterator[CountingProxy]:
-    proxy = CountingProxy(stack.api, strip)
-    threading.Thread(target=proxy.serve_forever, daemon=True).start()
-    try:
+    with running(CountingProxy(stack.api, strip)) as proxy:
         yield proxy
-    finally:
-        proxy.shutdown()
-        proxy.server_close()
 
 
 @pytest.fixture(scope="module")
