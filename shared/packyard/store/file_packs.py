@@ -135,28 +135,11 @@ def exists(key: str) -> bool:
     return True
 
 
-def read_range(key: str, first: int, last: int) -> bytes | None:
-    """Bytes ``first``..``last`` (inclusive) of the object, or None when it does not exist. One ranged GET."""
+def _ranged_get(key: str, byte_range: str, *, past_the_end: bytes | None = None) -> tuple[bytes, str] | None:
+    """One ranged GET: the bytes and the answer's ``Content-Range`` ("" when it has none); None when the object does
+    not exist. A range S3 cannot satisfy (``InvalidRange``) reads as ``past_the_end`` when given, else it fails."""
     try:
-        body = _s3().get_object(Bucket=bucket(), Key=key, Range=f"bytes={first}-{last}")["Body"]
-        try:
-            data: bytes = body.read()
-        finally:
-            body.close()
-    except Exception as exc:
-        if error_code(exc) in _MISSING:
-            return None
-        if error_code(exc) == "InvalidRange":
-            return b""
-        raise _translate(exc) from exc
-    return data
-
-
-def read_tail(key: str, length: int) -> tuple[bytes, int] | None:
-    """The last ``length`` bytes of the object (all of it when shorter) and the object's size; None when missing.
-    One ranged GET (a suffix range)."""
-    try:
-        response = _s3().get_object(Bucket=bucket(), Key=key, Range=f"bytes=-{length}")
+        response = _s3().get_object(Bucket=bucket(), Key=key, Range=byte_range)
         body = response["Body"]
         try:
             data: bytes = body.read()
@@ -165,8 +148,25 @@ def read_tail(key: str, length: int) -> tuple[bytes, int] | None:
     except Exception as exc:
         if error_code(exc) in _MISSING:
             return None
+        if past_the_end is not None and error_code(exc) == "InvalidRange":
+            return past_the_end, ""
         raise _translate(exc) from exc
-    content_range = str(response.get("ContentRange") or "")
+    return data, str(response.get("ContentRange") or "")
+
+
+def read_range(key: str, first: int, last: int) -> bytes | None:
+    """Bytes ``first``..``last`` (inclusive) of the object, or None when it does not exist. One ranged GET."""
+    found = _ranged_get(key, f"bytes={first}-{last}", past_the_end=b"")
+    return None if found is None else found[0]
+
+
+def read_tail(key: str, length: int) -> tuple[bytes, int] | None:
+    """The last ``length`` bytes of the object (all of it when shorter) and the object's size; None when missing.
+    One ranged GET (a suffix range)."""
+    found = _ranged_get(key, f"bytes=-{length}")
+    if found is None:
+        return None
+    data, content_range = found
     size = int(content_range.rpartition("/")[2]) if "/" in content_range else len(data)
     return data, size
 
