@@ -7,15 +7,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 import devstack
 from devstack.caller import Caller
 from packyard import clock, config
-from packyard.observability import metrics
 from packyard_cli.build import build_from_files
+from tests.support.metrics import emitted_metrics
 from tests.support.sweeping import run_maintenance
 
 WIDENING = [{"kind": "api_read"}, {"kind": "network", "resource": "api.example"}]
@@ -23,16 +22,7 @@ WIDENING = [{"kind": "api_read"}, {"kind": "network", "resource": "api.example"}
 
 @pytest.fixture
 def emitted() -> Iterator[Counter[str]]:
-    """Metrics the code emits (by name, summed), as Powertools would flush them."""
-    seen: Counter[str] = Counter()
-    real = metrics.add_metric
-
-    def spy(name: str, unit: Any, value: float, **kwargs: Any) -> None:
-        seen[name] += int(value)
-        real(name=name, unit=unit, value=value, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(metrics, "add_metric", spy)
+    with emitted_metrics() as seen:
         yield seen
 
 

@@ -19,12 +19,13 @@ from packyard.config import limits
 from packyard.errors import TransientStoreError
 from packyard.maintenance import jobs
 from packyard.maintenance.jobs import JobKind
-from packyard.observability import logger, metrics
+from packyard.observability import logger
 from packyard.operations import workflow
 from packyard.store import blobs, catalog, due, dynamo, workflows
 from packyard.store import jobs as job_store
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
+from tests.support.metrics import emitted_metrics
 from tests.support.sweeping import sweep_kinds
 
 TENANT = "t-acme"
@@ -56,17 +57,7 @@ def _exists(stack, name: str) -> bool:
 
 @pytest.fixture
 def emitted() -> Iterator[Counter[str]]:
-    """Metrics the code emits (by name), as Powertools would flush them. (Its own patch: a test's
-    ``monkeypatch.undo()`` leaves it in place.)"""
-    seen: Counter[str] = Counter()
-    real = metrics.add_metric
-
-    def spy(name: str, unit: Any, value: float, **kwargs: Any) -> None:
-        seen[name] += int(value)
-        real(name=name, unit=unit, value=value, **kwargs)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(metrics, "add_metric", spy)
+    with emitted_metrics() as seen:
         yield seen
 
 
