@@ -222,6 +222,31 @@ def is_local(endpoint: str) -> bool:
     return (urlsplit(endpoint).hostname or "") in LOCAL_HOSTS
 
 
+def local_stack_aws(
+    args: argparse.Namespace, entry: str, service: str, *, missing: str, elsewhere: str
+) -> tuple[Any, str]:
+    """A boto3 client of ``service`` on the running local stack's moto, and what its local.json names ``entry`` (a
+    state machine, a log group). Unavailable when no local stack with it runs: ``missing`` says what is not running,
+    ``elsewhere`` what does its work on AWS."""
+    from packyard_cli import tokens
+
+    state = tokens.read_state(getattr(args, "state_dir", None)) or {}
+    named, aws = state.get(entry), state.get("aws")
+    if not isinstance(named, str) or not isinstance(aws, str):
+        raise CliError(
+            f"no local stack {missing} is running",
+            code="unavailable",
+            detail=f"start one with: make serve (or packyard local); {elsewhere}",
+            exit_code=EXIT_UNAVAILABLE,
+        )
+    import boto3
+
+    aws_client = boto3.client(
+        service, endpoint_url=aws, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    return aws_client, named
+
+
 def resolve_token(args: argparse.Namespace, endpoint: str, profile: Profile | None = None) -> str:
     """--token, else $PACKYARD_TOKEN, else the profile's token_command, else the profile's ``packyard login``
     token for this endpoint, else (local stack only) a token minted with the local key, carrying every scope."""

@@ -10,8 +10,8 @@ import json
 import time
 from typing import Any
 
-from packyard_cli.client import EXIT_OK, EXIT_UNAVAILABLE, CliError
-from packyard_cli.commands.context import Context
+from packyard_cli.client import EXIT_OK
+from packyard_cli.commands.context import Context, local_stack_aws
 from packyard_cli.output import Column, dig
 
 FOLLOW_EVERY_SECONDS = 1.0
@@ -34,23 +34,13 @@ EVENT_COLUMNS = (
 
 
 def _recorder(args: argparse.Namespace) -> tuple[Any, str]:
-    from packyard_cli import tokens
-
-    state = tokens.read_state(getattr(args, "state_dir", None)) or {}
-    group, aws = state.get("eventLog"), state.get("aws")
-    if not isinstance(group, str) or not isinstance(aws, str):
-        raise CliError(
-            "no local stack recording change events is running",
-            code="unavailable",
-            detail="start one with: make serve (or packyard local); on AWS add a rule to the stack's EventBusName",
-            exit_code=EXIT_UNAVAILABLE,
-        )
-    import boto3
-
-    logs = boto3.client(
-        "logs", endpoint_url=aws, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    return local_stack_aws(
+        args,
+        "eventLog",
+        "logs",
+        missing="recording change events",
+        elsewhere="on AWS add a rule to the stack's EventBusName",
     )
-    return logs, group
 
 
 def _wanted(event: dict[str, Any], args: argparse.Namespace) -> bool:

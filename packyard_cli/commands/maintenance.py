@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from packyard_cli.client import EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, CliError, segment
-from packyard_cli.commands.context import Context
+from packyard_cli.commands.context import Context, local_stack_aws
 from packyard_cli.output import Column, dig
 from packyard_cli.render import human_size
 
@@ -48,23 +48,14 @@ def sweep_time(text: str | None, now: float | None = None) -> datetime:
 
 def cmd_sweep(ctx: Context, args: argparse.Namespace) -> int:
     """Start the maintenance state machine once, as the schedule does, and print what each sweep did."""
-    from packyard_cli import tokens
-
-    state = tokens.read_state(getattr(args, "state_dir", None)) or {}
-    machine, aws = state.get("maintenanceStateMachine"), state.get("aws")
-    if not isinstance(machine, str) or not isinstance(aws, str):
-        raise CliError(
-            "no local stack with a maintenance state machine is running",
-            code="unavailable",
-            detail="start one with: make serve (or packyard local); on AWS the EventBridge schedule runs the sweeps",
-            exit_code=EXIT_UNAVAILABLE,
-        )
-    at = sweep_time(args.at)
-    import boto3
-
-    sfn = boto3.client(
-        "stepfunctions", endpoint_url=aws, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    sfn, machine = local_stack_aws(
+        args,
+        "maintenanceStateMachine",
+        "stepfunctions",
+        missing="with a maintenance state machine",
+        elsewhere="on AWS the EventBridge schedule runs the sweeps",
     )
+    at = sweep_time(args.at)
     event = {"detail-type": "Scheduled Event", "source": "packyard.cli", "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
     started = sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))
     finished = _wait(sfn, started["executionArn"])
