@@ -11,7 +11,6 @@ import base64
 import hashlib
 import hmac
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,9 +20,8 @@ import pytest
 import requests
 
 from devstack.api import LocalApi
-from devstack.server import LocalApiServer
 from packyard_cli import tokens
-from packyard_cli.ports import listen
+from tests.support.local_server import serving
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +31,8 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> tokens.LocalKey:
 
 @pytest.fixture
 def url(api: LocalApi, key: tokens.LocalKey) -> Iterator[str]:
-    server = LocalApiServer(listen("127.0.0.1", 0, "api", "--api-port"), api, key, openapi=dict, log=lambda _: None)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(api, key) as server:
         yield server.url
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _claims(**changes: Any) -> dict[str, Any]:

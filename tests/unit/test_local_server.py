@@ -22,6 +22,7 @@ from devstack.server import LocalApiServer
 from devstack.template import FunctionSpec
 from packyard_cli import tokens
 from packyard_cli.ports import listen
+from tests.support.local_server import serving
 
 PROBE_MODULE = "_local_server_probe"
 HANDLER = f"""
@@ -51,17 +52,6 @@ def probe() -> Iterator[types.ModuleType]:
         del sys.modules[PROBE_MODULE]
 
 
-def serve(api: Any, key: tokens.LocalKey) -> Iterator[str]:
-    server = LocalApiServer(listen("127.0.0.1", 0, "api", "--api-port"), api, key, openapi=dict, log=lambda _: None)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield server.url
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def two_at_once(url: str, token: str, paths: tuple[str, str]) -> list[requests.Response]:
     headers = {"Authorization": f"Bearer {token}"}
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -84,9 +74,9 @@ def test_the_server_calls_handlers_concurrently(tmp_path: Path) -> None:
             return {"statusCode": 200, "body": json.dumps({"path": event["rawPath"]})}
 
     key = tokens.load_or_create_key(tmp_path)
-    for url in serve(BlockingApi(), key):
+    with serving(BlockingApi(), key) as server:
         # When two requests arrive together
-        responses = two_at_once(url, key.mint(tenant="t-1", subject="s"), ("/v1/one", "/v1/two"))
+        responses = two_at_once(server.url, key.mint(tenant="t-1", subject="s"), ("/v1/one", "/v1/two"))
     # Then both were answered: each call waited for the other, so they overlapped
     assert [r.status_code for r in responses] == [200, 200]
     assert sorted(r.json()["path"] for r in responses) == ["/v1/one", "/v1/two"]
@@ -111,9 +101,9 @@ def test_concurrent_invocations_of_one_function_run_on_their_own_module_instance
     stack = types.SimpleNamespace(functions={"ProbeFunction": spec})
     api = LocalApi(stack, routes=[Route("GET", "/v1/probe/{n}", "ProbeFunction")])  # type: ignore[arg-type]
     key = tokens.load_or_create_key(tmp_path / "key")
-    for url in serve(api, key):
+    with serving(api, key) as server:
         # When two requests for it arrive together
-        responses = two_at_once(url, key.mint(tenant="t-1", subject="s"), ("/v1/probe/1", "/v1/probe/2"))
+        responses = two_at_once(server.url, key.mint(tenant="t-1", subject="s"), ("/v1/probe/1", "/v1/probe/2"))
     # Then both were answered while both were inside the handler, each by its own module instance
     assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
     assert len({r.json()["instance"] for r in responses}) == 2
@@ -124,26 +114,13 @@ def test_a_body_shorter_than_its_content_length_frees_the_worker_with_408(tmp_pa
     import socket
 
     key = tokens.load_or_create_key(tmp_path)
-    server = LocalApiServer(
-        listen("127.0.0.1", 0, "api", "--api-port"),
-        LocalApi.__new__(LocalApi),
-        key,
-        openapi=dict,
-        log=lambda _: None,
-        read_timeout=0.5,
-    )
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
+    with serving(LocalApi.__new__(LocalApi), key, read_timeout=0.5) as server:
         host, port = server.server_address[:2]
         with socket.create_connection((host, port), timeout=SAFETY_TIMEOUT) as client:
             client.sendall(b'PUT /v1/x HTTP/1.1\r\nHost: local\r\nContent-Length: 100\r\n\r\n{"short":')
             answer = client.recv(65536).decode()
         assert answer.startswith("HTTP/1.1 408"), answer
         assert "application/problem+json" in answer
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # ---------------------------------------------------------------- the edge: framing, deadlines, API Gateway's limits
