@@ -19,6 +19,8 @@ import json
 import tarfile
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -114,15 +116,22 @@ def forget_cached() -> None:
     _manifests, _indexes = _Cache(CACHED_RELEASES), _Cache(CACHED_RELEASES)
 
 
+@contextmanager
+def _names_no_file() -> Iterator[None]:
+    """An ill-formed name or id in a file's path names no file: the same 404 as one that does not exist."""
+    try:
+        yield
+    except InvalidRequest:
+        raise NotFound(NO_SUCH_FILE) from None
+
+
 def installation_file(
     tenant: str, workspace_id: str, installation_id: str, path: str, *, held: Held = NOTHING_HELD
 ) -> ReleaseFile:
     """A file of the installation's active release."""
-    try:
+    with _names_no_file():
         check_workspace_id(workspace_id)
         check_installation_id(installation_id)
-    except InvalidRequest:
-        raise NotFound(NO_SUCH_FILE) from None
     found = workspace.get_installation(tenant, workspace_id, installation_id, consistent=False)
     if found is None or found.release is None or found.status not in SERVED:
         raise NotFound(NO_SUCH_FILE)
@@ -135,11 +144,9 @@ def installation_file(
 def release_file(tenant: str, package: str, version: str, path: str, *, held: Held = NOTHING_HELD) -> ReleaseFile:
     """A file of the release ``package@version``. ``held``: the sha256s the caller holds (``If-None-Match``); a file
     whose sha256 is one of them is answered ``not_modified`` without reading its bytes (the manifest says them)."""
-    try:
+    with _names_no_file():
         check_package_name(package)
         check_version(version)
-    except InvalidRequest:
-        raise NotFound(NO_SUCH_FILE) from None
     release = catalog.find_release(tenant, package, version, consistent=False)
     if release is None:
         raise NotFound(NO_SUCH_FILE)
