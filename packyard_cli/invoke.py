@@ -50,6 +50,7 @@ NETWORK = [{"kind": "network", "resource": "api.hello.example"}]
 SAMPLES: dict[str, tuple[str, str]] = {
     "UploadsFunction": ("http_create_upload.json", "releases"),
     "CatalogFunction": ("http_list_versions.json", "releases"),
+    "FilesFunction": ("http_get_release_file.json", "releases"),
     "QueriesFunction": ("http_get_resolved.json", "committed"),
     "AdmissionFunction": ("http_install.json", "releases"),
     "ApprovalsFunction": ("http_list_approvals.json", "consent"),
@@ -257,6 +258,12 @@ def sample_events(made: dict[str, dict[str, Any]]) -> dict[str, Any]:
         ),
         "http_list_versions.json": http_event(
             "GET", f"/v1/packages/{PACKAGE}/versions", "/v1/packages/{package}/versions", {"package": PACKAGE}
+        ),
+        "http_get_release_file.json": http_event(
+            "GET",
+            f"/v1/packages/{PACKAGE}/versions/1.0.0/files/SKILL.md",
+            "/v1/packages/{package}/versions/{version}/files/{path+}",
+            {"package": PACKAGE, "version": "1.0.0", "path": "SKILL.md"},
         ),
         "http_get_resolved.json": http_event(
             "GET",
