@@ -16,7 +16,7 @@ from devstack.api import LocalApi, template_routes
 from devstack.caller import ALL_SCOPES
 from devstack.server import claims_as_api_gateway_passes_them
 from packyard import config
-from tests.integration.test_scopes import AUTHENTICATED_ONLY, IDS, ROUTES, _path
+from tests.integration.test_scopes import AUTHENTICATED_ONLY, IDS, ROUTES, _path, route_body
 
 PREFIX = "https://packyard.example/"
 ENTRA_TENANT = "72f988bf-86f1-41af-91ab-2d7cd011db47"
@@ -147,14 +147,9 @@ def provider(request: pytest.FixtureRequest, api: LocalApi, monkeypatch: pytest.
 
 
 def _request(api: LocalApi, method: str, path: str, claims: dict[str, Any]) -> Any:
-    body = {"package": "hello", "version": "1.0.0", "decision": "approve", "planDigest": "0" * 64}
-    if path.endswith("/uploads"):
-        body = {"manifest": {"files": []}, "archive": {"size": 1, "sha256": "0" * 64}}
-    elif path.endswith("/promote"):
-        body = {"scope": {"kind": "workspace"}}
     headers = {"Idempotency-Key": "k-matrix", "If-Match": '"1"'}
     return api.request(
-        method, _path(path), claims=claims_as_api_gateway_passes_them(claims), body=body, headers=headers
+        method, _path(path), claims=claims_as_api_gateway_passes_them(claims), body=route_body(path), headers=headers
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,6 +36,15 @@ IDS = {
 }
 
 
+def route_body(template: str) -> dict[str, Any]:
+    """A body the route's validation accepts, so that only the scope check can refuse the call."""
+    if template.endswith("/uploads"):
+        return {"manifest": {"files": []}, "archive": {"size": 1, "sha256": "0" * 64}}
+    if template.endswith("/promote"):
+        return {"scope": {"kind": "workspace"}}
+    return {"package": "hello", "version": "1.0.0", "decision": "approve", "planDigest": "0" * 64}
+
+
 def _path(template: str) -> str:
     """The documented path with every parameter filled from ``IDS``; a parameter ``IDS`` lacks (a new route's) fails
     here rather than being sent as the literal ``{name}``."""
@@ -57,14 +67,9 @@ def test_given_a_token_without_the_routes_scope_then_forbidden_and_nothing_chang
     acme.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
     before = acme.get("/v1/packages/hello/versions/1.0.0").body
     lacking = Caller(api, "t-acme", scopes=tuple(s for s in ALL_SCOPES if s != scope))
-    body = {"package": "hello", "version": "1.0.0", "decision": "approve", "planDigest": "0" * 64}
-    if path.endswith("/uploads"):
-        body = {"manifest": {"files": []}, "archive": {"size": 1, "sha256": "0" * 64}}
-    elif path.endswith("/promote"):
-        body = {"scope": {"kind": "workspace"}}
     headers = {"Idempotency-Key": "k-scope", "If-Match": '"1"'}
 
-    answer = lacking.api.request(method, _path(path), claims=lacking.claims, body=body, headers=headers)
+    answer = lacking.api.request(method, _path(path), claims=lacking.claims, body=route_body(path), headers=headers)
 
     assert answer.status == 403, answer.body
     assert answer.headers["content-type"] == "application/problem+json"
