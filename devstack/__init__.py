@@ -27,6 +27,7 @@ from moto.core.models import botocore_stubber
 
 from devstack import faults, lambdas, serializable
 from devstack.counting import RequestCounter, count_aws_requests, observe
+from devstack.express import runs as express_runs
 from devstack.sfn import (
     RetryClock,
     install_execution_names,
@@ -59,6 +60,7 @@ __all__ = [
     "create_stack",
     "create_state_machine",
     "current",
+    "express_runs",
     "faults",
     "load_template",
     "local_aws",

@@ -9,6 +9,8 @@
   moto server, sent) before the error is raised.
 - **Unprocessed keys** (:func:`unprocessed_keys`): a BatchGetItem answers part of what it was asked and returns the
   rest as ``UnprocessedKeys``, as DynamoDB may under throttling.
+- **Duplicates** (:func:`duplicate_executions`, :func:`duplicate_task_runs`, from :mod:`devstack.express`): Express
+  workflows run at least once: every Express run started twice, or every Lambda task of a state machine run twice.
 - **Stale index** (:func:`stale_index`): a global secondary index is eventually consistent (DynamoDB: "All reads
   from GSIs and streams are eventually consistent"); while the block runs, every Query of the index is answered
   from the index as it was when the block began, while the table itself moves on.
@@ -29,6 +31,7 @@ from typing import Any
 from botocore.handlers import BUILTIN_HANDLERS, REGISTER_FIRST
 
 from devstack.counting import _issued_by_moto
+from devstack.express import duplicate_executions, duplicate_task_runs  # noqa: F401 - re-exported fault injectors
 
 
 class InjectedCrash(Exception):

@@ -24,6 +24,8 @@ import boto3
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.models import StepFunctionsParserBackend
 
+from devstack import express
+
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
 
@@ -86,7 +88,8 @@ _original_start_execution: Callable[..., Any] | None = None
 
 
 def install_execution_names() -> None:
-    """Give unnamed executions a UUID name in moto's executing backend (idempotent)."""
+    """Give unnamed executions a UUID name in moto's executing backend, and Express machines Express semantics
+    (:mod:`devstack.express`: no name deduplication, no execution API, the 5-minute limit) (idempotent)."""
     global _original_start_execution
     if _original_start_execution is not None:
         return
@@ -97,10 +100,12 @@ def install_execution_names() -> None:
 
     _original_start_execution = original
     setattr(StepFunctionsParserBackend, "start_execution", start_execution)  # noqa: B010
+    express.install()  # over the naming patch: an Express start names its run itself
 
 
 def uninstall_execution_names() -> None:
     global _original_start_execution
+    express.uninstall()
     if _original_start_execution is not None:
         setattr(StepFunctionsParserBackend, "start_execution", _original_start_execution)  # noqa: B010
         _original_start_execution = None
@@ -116,7 +121,12 @@ def wait_for_execution(
     """Poll ``DescribeExecution`` until the execution leaves RUNNING; return the description.
 
     Raises ``TimeoutError`` (with the last status) if it is still running after ``timeout`` seconds.
+
+    An Express run has no DescribeExecution: the harness reads it from moto's backend (:func:`devstack.express.wait`,
+    which also takes the standard-form ARN ``…:execution:<machine>:<name>`` and then waits for every run of the name).
     """
+    if express.is_express_arn(execution_arn) or express.is_express_machine(execution_arn.split(":")[6]):
+        return express.wait(execution_arn, timeout, poll_interval=min(poll_interval, 0.05))
     sfn = client or boto3.client("stepfunctions")
     poll_interval = min(poll_interval, 0.05)
     deadline = time.monotonic() + timeout
