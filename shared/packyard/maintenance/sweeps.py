@@ -8,10 +8,10 @@ never silently dropped. The first page of shard 0 of each kind also reports how 
 
 - **Upload sessions.** Awaiting upload past the deadline → ``expired``, reservation returned (a write fenced on the
   session's state and token, so an old index image of a session completed meanwhile changes nothing), then staging
-  objects deleted and the session out of the due index. Verifying past the reservation window → its execution is
-  looked up: still running → looked at again later; stopped by a throttle or another transient failure past its
-  retries (``Deferred``) → verification starts again (``publishing.resumption``, up to 5 later attempts); ended (or
-  never started) otherwise without settling → rejected (reservation returned, staging deleted).
+  objects deleted and the session out of the due index. Verifying past the reservation window → no run of its
+  verification is going (an Express run lasts at most 5 minutes; no execution is looked up): verification starts
+  again (``publishing.resumption``: ``resumes`` + 1 and the window renewed, fenced, then a new run; up to 5 times);
+  past that → rejected (reservation returned, staging deleted).
 - **Cleanup jobs** (``maintenance.jobs``): claimed, run, deleted; a failure is retried with backoff, then parked.
   An expired session whose staging objects could not be deleted gets a ``staging`` job.
 - **Operations** past their lease → the execution of their attempt is looked up (never guessed): running → left
@@ -40,7 +40,7 @@ from packyard.operations.models import Operation, OperationState
 from packyard.publishing import rejection, resumption
 from packyard.publishing.models import Upload, UploadState
 from packyard.publishing.uploads import retained_until
-from packyard.store import catalog, due, workflows, workspace
+from packyard.store import catalog, due, workspace
 from packyard.store.due import DueKind
 
 PAGE_SIZE = 50
@@ -163,12 +163,12 @@ def _sweep_upload(item: dict[str, Any], now: int) -> str:
         _finish_expired(upload, now)
         return "staging_discarded"
     if upload.state is UploadState.VERIFYING:
-        # running → looked at again later; stopped by a transient failure (Deferred) → a later attempt starts
+        # past its reservation window no run of its verification is going (an Express run lasts at most 5
+        # minutes): verification starts again (renewed, fenced), or past its resumes the upload is rejected
         resumed = resumption.resume(upload, now)
         if resumed is not None:
             return resumed
-        status = workflows.execution_status(upload.execution_arn) if upload.execution_arn else None
-        error = {"Error": "ExecutionEnded", "Cause": f"verification ended ({status or 'never started'}) unsettled"}
+        error = {"Error": "ExecutionEnded", "Cause": f"verification did not finish after {upload.resumes} resumes"}
         answer = rejection.reject(upload.tenant, upload.upload_id, upload.token, None, error)
         return "rejected" if answer.get("rejected") else "raced"
     return "not_due"

@@ -105,6 +105,8 @@ class Upload(BaseModel):
     # the session deadline; not the table's TTL attribute (expiresAt), which only settled sessions get
     expires_at: int = Field(alias="deadlineAt")
     execution_arn: str | None = Field(default=None, alias="executionArn")
+    # how many times the sweep started verification again (publishing.resumption): a fenced count, never a lookup
+    resumes: int = 0
     rejection: Rejection | None = None
     settled_at: int | None = Field(default=None, alias="settledAt")
     created_by: str | None = Field(default=None, alias="createdBy")

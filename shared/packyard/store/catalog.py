@@ -614,14 +614,25 @@ def record_blob_corrupt(tenant: str, sha256: str, now: int) -> None:
     )
 
 
-def postpone_upload_check(upload: Upload, check_by: int) -> None:
-    """A verifying session whose execution still runs: look again at ``check_by`` (fenced by state and token)."""
+def renew_verification(upload: Upload, check_by: int) -> Upload:
+    """A verifying session past its reservation window starts verification again: ``resumes`` + 1 and the window
+    renewed to ``check_by``, fenced on its state, token and the ``resumes`` the caller read (of two sweeps that read
+    the same session, one renews it; the other's ClaimLost). The session as stored afterwards."""
     due_at = due.attributes(due.DueKind.UPLOAD, upload.upload_id, check_by)
-    item = _fenced_upload_update(upload, "SET #at = :at", {":at": due_at[due.AT_ATTRIBUTE]}, {"#at": due.AT_ATTRIBUTE})
+    item = _fenced_upload_update(
+        upload,
+        "SET resumes = :next, #at = :at",
+        {":next": upload.resumes + 1, ":read": upload.resumes, ":at": due_at[due.AT_ATTRIBUTE]},
+        {"#at": due.AT_ATTRIBUTE},
+    )
+    # a session stored before ``resumes`` existed has none: it was never renewed
+    unrenewed = " OR attribute_not_exists(resumes)" if upload.resumes == 0 else ""
+    item["Update"]["ConditionExpression"] += f" AND (resumes = :read{unrenewed})"
     try:
-        transact([item], step="upload.postpone_check")
+        transact([item], step="upload.renew_verification")
     except TransactionCancelled as cancelled:
-        raise ClaimLost(f"upload {upload.upload_id} changed state") from cancelled
+        raise ClaimLost(f"upload {upload.upload_id} changed state or was renewed meanwhile") from cancelled
+    return upload.model_copy(update={"resumes": upload.resumes + 1})
 
 
 def upload_from_due(item: dict[str, Any]) -> Upload:
