@@ -42,6 +42,10 @@ PRICE = {
     "s3_put": 0.005 / 1000,  # PUT, COPY, POST, LIST
     "s3_get": 0.0004 / 1000,  # GET, HEAD and the rest (DELETE is free)
     "sfn_transition": 0.025 / 1000,  # Standard workflows
+    # Express workflows: per request, plus duration per GB-second, billed in 64 MB chunks and 100 ms increments
+    # (https://aws.amazon.com/step-functions/pricing/)
+    "sfn_express_request": 1.00 / 1e6,
+    "sfn_express_gb_second": 0.00001667,
     "lambda_request": 0.20 / 1e6,
     "lambda_gb_second": 0.0000133334,  # arm64
     "apigw_request": 1.00 / 1e6,  # HTTP API, first 300 million a month
@@ -52,6 +56,12 @@ PRICE = {
 }
 # Duration assumed per warm invocation on AWS (not measurable here): (memory GB, seconds)
 DURATION = {"VerifyFunction": (1.0, 0.05), "default": (0.5, 0.04)}
+# An Express run is billed for its own duration: its tasks' Lambda durations (above) plus what Step Functions itself
+# takes per state (assumed 10 ms a state entered), rounded up to 100 ms, at the 64 MB minimum of memory (the state
+# Packyard's workflows carry is a few KB)
+EXPRESS_SECONDS_PER_STATE = 0.01
+EXPRESS_MEMORY_GB = 64 / 1024
+# the functions the API invokes (the rest are the workflows' tasks)
 
 # --- Limits that can bind (defaults of a new account, us-east-1) ---------------------------------------------------
 
@@ -60,8 +70,9 @@ LIMITS = {
     "DynamoDB: one item, writes (busiest tenant's USAGE ledger)": 1000.0,  # WCU/s on a single item
     "DynamoDB: table, write request units (on-demand table quota)": 40000.0,
     "DynamoDB: table, read request units (on-demand table quota)": 40000.0,
-    "Step Functions: StartExecution (token bucket refill)": 300.0,  # per second, bucket 1,300
-    "Step Functions: state transitions, Standard (refill)": 5000.0,  # per second, bucket 5,000
+    # Step Functions quotas (developer guide, "Quotas", us-east-1): set from the template's workflow types by
+    # workflow_limits(): Standard StartExecution refills 300/s (bucket 1,300) and state transitions 1,500/s (bucket
+    # 5,000); Express StartExecution refills 6,000/s (bucket 6,000) and its state transitions are unlimited
     "Lambda: concurrent executions (account)": 1000.0,
     "API Gateway HTTP API: requests (account throttle)": 10000.0,
 }
@@ -77,6 +88,32 @@ ROUTE_LOADS = {
     "POST /v1/uploads/{id}/complete": "publishes",
     "GET /v1/uploads/{id}": "upload polls",
 }
+
+
+STANDARD_START = "Step Functions: StartExecution, Standard (token bucket refill)"
+EXPRESS_START = "Step Functions: StartExecution, Express (token bucket refill)"
+STANDARD_TRANSITIONS = "Step Functions: state transitions, Standard (refill)"
+
+
+def workflow_types() -> dict[str, str]:
+    """Each state machine of template.yaml → its workflow type (STANDARD or EXPRESS)."""
+    from devstack.template import DEFAULT_TEMPLATE, load_template
+
+    return {
+        name: str(resource["Properties"].get("Type", "STANDARD"))
+        for name, resource in load_template(DEFAULT_TEMPLATE)["Resources"].items()
+        if resource["Type"] in ("AWS::Serverless::StateMachine", "AWS::StepFunctions::StateMachine")
+    }
+
+
+def workflow_limits(types: dict[str, str]) -> dict[str, float]:
+    """The Step Functions quotas the template's workflows can reach."""
+    found: dict[str, float] = {}
+    if "STANDARD" in types.values():
+        found.update({STANDARD_START: 300.0, STANDARD_TRANSITIONS: 1500.0})
+    if "EXPRESS" in types.values():
+        found[EXPRESS_START] = 6000.0
+    return found
 
 
 def route_limit(route: str) -> str:
@@ -108,8 +145,12 @@ class Flow:
     rru: float = 0.0
     s3: Counter[str] = field(default_factory=Counter)
     kms: Counter[str] = field(default_factory=Counter)  # operation -> requests (release signing)
-    executions: int = 0
-    transitions: int = 0
+    executions: int = 0  # Standard executions
+    transitions: int = 0  # Standard state transitions (the priced unit)
+    express_runs: int = 0  # Express executions (priced per request and per billed duration)
+    express_transitions: int = 0  # states the Express runs entered (free; they set the billed duration)
+    express_seconds: float = 0.0  # billed Express duration (rounded up to 100 ms per run)
+    waited_seconds: float = 0.0  # an API function waiting for the work to end (Prefer: wait): Lambda duration
     lambdas: Counter[str] = field(default_factory=Counter)
     api_requests: int = 0
     workspace_wru: float = 0.0  # written on the workspace's partition key
@@ -124,6 +165,10 @@ class Flow:
             "kms": dict(self.kms),
             "executions": self.executions,
             "transitions": self.transitions,
+            "express_runs": self.express_runs,
+            "express_transitions": self.express_transitions,
+            "express_seconds": self.express_seconds,
+            "waited_seconds": self.waited_seconds,
             "lambdas": dict(self.lambdas),
             "api_requests": self.api_requests,
             "workspace_wru": self.workspace_wru,
@@ -179,7 +224,7 @@ def measure() -> dict[str, dict[str, Any]]:
     import boto3
 
     import devstack
-    from devstack import lambdas
+    from devstack import express, lambdas
     from devstack.api import LocalApi
     from devstack.caller import Caller
     from packyard.store import aws
@@ -192,12 +237,13 @@ def measure() -> dict[str, dict[str, Any]]:
         sfn = boto3.client("stepfunctions")
         dynamodb = boto3.client("dynamodb")
 
-        def run(name: str, action: Callable[[], Any]) -> None:
+        def run(name: str, action: Callable[[], Any], *, waits: bool = False) -> None:
             calls.clear()
             lambdas.clear_invocations()
+            before = {run.arn for run in devstack.express_runs()}
             execution_arn = action()
             flow = Flow(name)
-            if isinstance(execution_arn, dict):
+            if isinstance(execution_arn, dict) and not express.is_express_arn(execution_arn["arn"]):
                 history = sfn.get_execution_history(executionArn=execution_arn["arn"], maxResults=1000)["events"]
                 flow.executions = 1
                 flow.transitions = sum(1 for event in history if event["type"].endswith("StateEntered"))
@@ -205,42 +251,70 @@ def measure() -> dict[str, dict[str, Any]]:
             for invocation in lambdas.invocations():
                 flow.lambdas[invocation.function] += 1
             flow.api_requests = sum(n for fn, n in flow.lambdas.items() if fn in API_FUNCTIONS)
+            runs = [run for run in devstack.express_runs() if run.arn not in before]
+            if runs:
+                task_seconds = sum(
+                    n * DURATION.get(fn, DURATION["default"])[1]
+                    for fn, n in flow.lambdas.items()
+                    if fn not in API_FUNCTIONS
+                )
+                flow.express_runs = len(runs)
+                flow.express_transitions = sum(run.transitions for run in runs)
+                for run in runs:
+                    seconds = task_seconds / len(runs) + run.transitions * EXPRESS_SECONDS_PER_STATE
+                    flow.express_seconds += math.ceil(round(seconds, 6) * 10) / 10
+                if waits:  # the API call that waited for the work lasted about as long as the runs did
+                    flow.waited_seconds = task_seconds + flow.express_transitions * EXPRESS_SECONDS_PER_STATE
             flows[name] = flow
 
         built = {v: build_from_files({"SKILL.md": f"capacity {v}\n".encode()}) for v in ("1.0.0", "1.1.0")}
         machine = stack.state_machine_arns["InstallStateMachine"]
         prefix, _, machine_name = machine.partition(":stateMachine:")
 
+        wait = {"Prefer": "wait=20"}  # what `packyard publish` / `install` send: the answer comes when it settles
+
         def publish(version: str) -> Callable[[], dict[str, Any]]:
             def go() -> dict[str, Any]:
                 session = caller.request_upload("pkg", version, built[version])
                 caller.put_archive(session.body, built[version].archive)
-                done = caller.post(f"/v1/uploads/{session.body['uploadId']}/complete")
+                done = caller.post(f"/v1/uploads/{session.body['uploadId']}/complete", headers=wait)
                 devstack.wait_for_execution(done.body["executionArn"], timeout=60, client=sfn)
-                final = caller.get(f"/v1/uploads/{session.body['uploadId']}")  # one poll: the client's
-                assert final.body["state"] == "published", final.body
+                assert done.status == 200 and done.body["state"] == "published", done.body  # no poll
                 return {"arn": done.body["executionArn"]}
 
             return go
 
         def operation(send: Callable[[], Any]) -> Callable[[], dict[str, Any]]:
             def go() -> dict[str, Any]:
-                admitted = send().body
+                answer = send()
+                admitted = answer.body
                 arn = f"{prefix}:execution:{machine_name}:{admitted['operationId']}"
                 devstack.wait_for_execution(arn, timeout=60, client=sfn)
-                final = caller.get(f"/v1/workspaces/ws/operations/{admitted['operationId']}")  # one poll
-                assert final.body["outcome"]["result"] == "succeeded", final.body
+                assert answer.status == 200 and admitted["outcome"]["result"] == "succeeded", admitted  # no poll
                 return {"arn": arn}
 
             return go
 
-        run("publish (new content)", publish("1.0.0"))
+        def put(version: str, key: str, if_match: str | None = None) -> Any:
+            headers = {"Idempotency-Key": key, **wait, **({"If-Match": if_match} if if_match else {})}
+            return caller.put(
+                caller.installation_path("ws", "i"), {"package": "pkg", "version": version}, headers=headers
+            )
+
+        def change(method: str, path: str, key: str, if_match: str) -> Any:
+            headers = {"Idempotency-Key": key, "If-Match": if_match, **wait}
+            return caller.post(path, headers=headers) if method == "POST" else caller.delete(path, headers=headers)
+
+        installation = caller.installation_path("ws", "i")
+        run("publish (new content)", publish("1.0.0"), waits=True)
         publish("1.1.0")()
-        run("install lifecycle", operation(lambda: caller.install("ws", "i", "pkg", "1.0.0", key="k1")))
-        run("update lifecycle", operation(lambda: caller.install("ws", "i", "pkg", "1.1.0", key="k2", if_match='"1"')))
-        run("rollback lifecycle", operation(lambda: caller.rollback("ws", "i", key="k3", if_match='"2"')))
-        run("uninstall lifecycle", operation(lambda: caller.uninstall("ws", "i", key="k4", if_match='"3"')))
-        operation(lambda: caller.install("ws", "i", "pkg", "1.0.0", key="k5", if_match='"4"'))()  # for the reads
+        run("install lifecycle", operation(lambda: put("1.0.0", "k1")), waits=True)
+        run("update lifecycle", operation(lambda: put("1.1.0", "k2", '"1"')), waits=True)
+        run(
+            "rollback lifecycle", operation(lambda: change("POST", f"{installation}/rollback", "k3", '"2"')), waits=True
+        )
+        run("uninstall lifecycle", operation(lambda: change("DELETE", installation, "k4", '"3"')), waits=True)
+        operation(lambda: put("1.0.0", "k5", '"4"'))()  # for the reads
         run("read: GET resolved (runtime)", lambda: caller.get("/v1/workspaces/ws/resolved"))
         run("read: GET operation (poll)", lambda: caller.get("/v1/workspaces/ws/operations/x"))
         sizes: dict[str, list[int]] = defaultdict(list)
@@ -327,11 +401,16 @@ def cost(flow: dict[str, Any]) -> dict[str, float]:
     for function, n in flow["lambdas"].items():
         memory, seconds = DURATION.get(function, DURATION["default"])
         gb_seconds += n * memory * seconds
+    gb_seconds += flow.get("waited_seconds", 0.0) * DURATION["default"][0]
     invocations = sum(flow["lambdas"].values())
+    express_cost = (
+        flow.get("express_runs", 0) * PRICE["sfn_express_request"]
+        + flow.get("express_seconds", 0.0) * EXPRESS_MEMORY_GB * PRICE["sfn_express_gb_second"]
+    )
     return {
         "DynamoDB": flow["wru"] * PRICE["dynamodb_wru"] + flow["rru"] * PRICE["dynamodb_rru"],
         "S3": s3_put * PRICE["s3_put"] + s3_get * PRICE["s3_get"],
-        "Step Functions": flow["transitions"] * PRICE["sfn_transition"],
+        "Step Functions": flow["transitions"] * PRICE["sfn_transition"] + express_cost,
         "Lambda": invocations * PRICE["lambda_request"] + gb_seconds * PRICE["lambda_gb_second"],
         "API Gateway": flow["api_requests"] * PRICE["apigw_request"],
         "KMS": sum(flow.get("kms", {}).values()) * PRICE["kms_asymmetric_request"],
@@ -348,7 +427,8 @@ class Day:
     installs_per_workspace: float = 3.0  # lifecycles a day (install, update, rollback or uninstall), on average
     publishes_per_tenant: float = 2.0
     runtime_reads_per_install: float = 10.0  # GET resolved by the runtime, per lifecycle
-    polls_per_operation: float = 3.0
+    # clients that send Prefer: wait (the CLI does) poll nothing; the day assumes the rest of them poll a few times
+    polls_per_operation: float = 1.0
     zipf: float = 1.1  # tenant activity ~ 1 / rank^zipf
     hot_workspace_share: float = 0.3  # share of a tenant's lifecycles that go to its busiest workspace
     burst: float = 4.0  # peak second within a minute vs the minute's mean (bursty clients, retries)
@@ -369,6 +449,9 @@ def simulate(flows: dict[str, dict[str, Any]], day: Day) -> dict[str, Any]:
     lifecycle = {key: sum(flows[k][key] for k in lifecycle_kinds) / len(lifecycle_kinds) for key in ("wru", "rru")}
     lifecycle_ws_wru = sum(flows[k]["workspace_wru"] for k in lifecycle_kinds) / len(lifecycle_kinds)
     lifecycle_transitions = sum(flows[k]["transitions"] for k in lifecycle_kinds) / len(lifecycle_kinds)
+    lifecycle_standard = sum(flows[k].get("executions", 0) for k in lifecycle_kinds) / len(lifecycle_kinds)
+    lifecycle_express = sum(flows[k].get("express_runs", 0) for k in lifecycle_kinds) / len(lifecycle_kinds)
+    lifecycle_api = sum(flows[k]["api_requests"] for k in lifecycle_kinds) / len(lifecycle_kinds)
     lifecycle_lambdas = sum(sum(flows[k]["lambdas"].values()) for k in lifecycle_kinds) / len(lifecycle_kinds)
     publish, read, poll = (
         flows["publish (new content)"],
@@ -405,11 +488,9 @@ def simulate(flows: dict[str, dict[str, Any]], day: Day) -> dict[str, Any]:
                 + polls_s * poll["rru"]
             )
             * burst,
-            "Step Functions: StartExecution (token bucket refill)": (lifecycles_s + publishes_s) * burst,
-            "Step Functions: state transitions, Standard (refill)": (
-                lifecycles_s * lifecycle_transitions + publishes_s * publish["transitions"]
-            )
-            * burst,
+            STANDARD_START: (lifecycles_s * lifecycle_standard + publishes_s * publish.get("executions", 0)) * burst,
+            EXPRESS_START: (lifecycles_s * lifecycle_express + publishes_s * publish.get("express_runs", 0)) * burst,
+            STANDARD_TRANSITIONS: (lifecycles_s * lifecycle_transitions + publishes_s * publish["transitions"]) * burst,
             # concurrency = arrival rate x duration (Little's law), invocations of ~40-50 ms
             "Lambda: concurrent executions (account)": (
                 (lifecycles_s * lifecycle_lambdas + publishes_s * sum(publish["lambdas"].values()) + reads_s + polls_s)
@@ -417,7 +498,7 @@ def simulate(flows: dict[str, dict[str, Any]], day: Day) -> dict[str, Any]:
                 * burst
             ),
             "API Gateway HTTP API: requests (account throttle)": (
-                lifecycles_s * 2 + publishes_s * 3 + reads_s + polls_s
+                lifecycles_s * lifecycle_api + publishes_s * publish["api_requests"] + reads_s + polls_s
             )
             * burst,
         }
@@ -441,6 +522,8 @@ def simulate(flows: dict[str, dict[str, Any]], day: Day) -> dict[str, Any]:
             if f"Lambda: {function} reserved concurrency" in LIMITS:
                 load[f"Lambda: {function} reserved concurrency"] = value
         for name, value in load.items():
+            if name not in LIMITS:
+                continue  # a quota of a workflow type the template does not use
             if value > peaks[name][0]:
                 peaks[name] = (value, minute)
         totals["lifecycles"] += lifecycles_s * 60
@@ -456,15 +539,21 @@ def report(flows: dict[str, dict[str, Any]], day: Day) -> None:
     print("Capacity model (docs/scaling.md). Measured per request kind, on moto with the real state machines:")
     print(
         f"  {'request kind':<30}{'DDB req':>8}{'WRU':>6}{'RRU':>6}{'ws WRU':>7}{'S3':>4}{'SFN tr':>7}"
-        f"{'Lambda':>7}{'API':>4}   DynamoDB requests"
+        f"{'Express':>8}{'Lambda':>7}{'API':>4}   DynamoDB requests"
     )
     for name, flow in flows.items():
         ddb = ", ".join(f"{op} {n}" for op, n in sorted(flow["dynamodb"].items()))
+        express_runs = flow.get("express_runs", 0)
+        express = f"{express_runs}/{flow.get('express_seconds', 0.0):.1f}s" if express_runs else "0"
         print(
             f"  {name:<30}{sum(flow['dynamodb'].values()):>8}{flow['wru']:>6.0f}{flow['rru']:>6.1f}"
             f"{flow['workspace_wru']:>7.0f}{sum(flow['s3'].values()):>4}{flow['transitions']:>7}"
-            f"{sum(flow['lambdas'].values()):>7}{flow['api_requests']:>4}   {ddb}"
+            f"{express:>8}{sum(flow['lambdas'].values()):>7}{flow['api_requests']:>4}   {ddb}"
         )
+    print(
+        "  (SFN tr: Standard state transitions, the priced unit; Express: runs / billed seconds, "
+        "at an assumed 10 ms a state plus the tasks' Lambda durations)"
+    )
     if ITEM_SIZES:
         print("\n  Item sizes (largest seen, bytes): " + ", ".join(f"{k} {v}" for k, v in sorted(ITEM_SIZES.items())))
     print("\n  Cost per 1,000 (USD, us-east-1 list prices; Lambda at an assumed 40-50 ms per warm invocation):")
@@ -543,6 +632,8 @@ def idle_cost() -> dict[str, float]:
     shards = len(definition["States"]["Shards"]["Result"])
     transitions = runs * (2 + 3 * shards)
     pages = runs * shards
+    express = machine.get("Type") == "EXPRESS"
+    duration = DURATION["default"][1]
     globals_ = template["Globals"]["Function"]
     sweeper_memory = resources["SweeperFunction"]["Properties"].get("MemorySize", globals_["MemorySize"]) / 1024
     snapstart_gb = sum(
@@ -552,10 +643,20 @@ def idle_cost() -> dict[str, float]:
     )
     alarms = sum(1 for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm")
     keys = sum(1 for r in resources.values() if r["Type"] == "AWS::KMS::Key")
-    duration = DURATION["default"][1]
+    if express:
+        # a run's billed duration: its pages (one sweeper call each) and states, rounded up to 100 ms
+        seconds = math.ceil((shards * duration + (2 + 3 * shards) * EXPRESS_SECONDS_PER_STATE) * 10) / 10
+        workflow = {
+            f"Step Functions (Express): {runs:,.0f} runs of {seconds:.1f} s billed": runs
+            * (PRICE["sfn_express_request"] + seconds * EXPRESS_MEMORY_GB * PRICE["sfn_express_gb_second"])
+        }
+    else:
+        workflow = {
+            f"Step Functions: {runs:,.0f} runs x {2 + 3 * shards} transitions = {transitions:,.0f}": transitions
+            * PRICE["sfn_transition"]
+        }
     return {
-        f"Step Functions: {runs:,.0f} runs x {2 + 3 * shards} transitions = {transitions:,.0f}": transitions
-        * PRICE["sfn_transition"],
+        **workflow,
         f"Lambda: {pages:,.0f} sweeper calls": pages * PRICE["lambda_request"]
         + pages * sweeper_memory * duration * PRICE["lambda_gb_second"],
         f"DynamoDB: {pages:,.0f} due-index queries (0.5 RRU)": pages * 0.5 * PRICE["dynamodb_rru"],
@@ -567,12 +668,49 @@ def idle_cost() -> dict[str, float]:
     }
 
 
-def report_idle() -> None:
+def report_idle() -> dict[str, float]:
     parts = idle_cost()
     print("\n  Idle cost of a stack, a month with no traffic (us-east-1 list prices, before free tiers):")
     for name, value in parts.items():
-        print(f"    {name:<62}${value:>8.2f}")
-    print(f"    {'total':<62}${sum(parts.values()):>8.2f}")
+        print(f"    {name:<70}${value:>8.2f}")
+    print(f"    {'total':<70}${sum(parts.values()):>8.2f}")
+    return parts
+
+
+# Issue 23's targets: per 1,000 (USD), a month idle (USD, Step Functions + Lambda + schedules), WRU, API requests
+TARGETS = {"lifecycle": 0.030, "publish": 0.040, "idle": 1.00, "lifecycle_wru": 16, "lifecycle_api": 2}
+LIFECYCLES = ("install lifecycle", "update lifecycle", "rollback lifecycle", "uninstall lifecycle")
+
+
+def report_targets(flows: dict[str, dict[str, Any]], idle: dict[str, float]) -> None:
+    """Each cost target against what was measured (met / NOT met), from the measured request counts."""
+    print("\n  Targets (issue 23):")
+
+    def line(what: str, value: float, target: float, unit: str) -> None:
+        verdict = "met" if value <= target else "NOT met"
+        print(f"    {what:<70}{unit}{value:>9.4f}  target <= {unit}{target:<8} {verdict}")
+
+    for name in LIFECYCLES:
+        line(f"{name}, per 1,000", sum(cost(flows[name]).values()) * 1000, TARGETS["lifecycle"], "$")
+    line(
+        "publish (new content), per 1,000",
+        sum(cost(flows["publish (new content)"]).values()) * 1000,
+        TARGETS["publish"],
+        "$",
+    )
+    in_scope = sum(v for k, v in idle.items() if k.startswith(("Step Functions", "Lambda", "SnapStart", "Schedule")))
+    line("idle month: Step Functions, Lambda (SnapStart too) and schedules", in_scope, TARGETS["idle"], "$")
+    for name in LIFECYCLES:
+        wru = flows[name]["wru"]
+        print(
+            f"    {name + ', DynamoDB write units':<70}{wru:>10.0f}  target <= {TARGETS['lifecycle_wru']:<9} "
+            f"{'met' if wru <= TARGETS['lifecycle_wru'] else 'NOT met'}"
+        )
+        api = flows[name]["api_requests"]
+        print(
+            f"    {name + ', API requests (client waits)':<70}{api:>10}  target <= {TARGETS['lifecycle_api']:<9} "
+            f"{'met' if api <= TARGETS['lifecycle_api'] else 'NOT met'}"
+        )
 
 
 def main() -> None:
@@ -589,6 +727,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     route_limits, reserved = template_limits(dict(p.split("=", 1) for p in args.parameter))
+    LIMITS.update(workflow_limits(workflow_types()))
     LIMITS.update(route_limits)
     LIMITS.update({f"Lambda: {function} reserved concurrency": float(n) for function, n in reserved.items()})
     recorded = ROOT / "benchmarks" / "capacity_measured.json"
@@ -599,7 +738,7 @@ def main() -> None:
         if args.write:
             args.write.write_text(json.dumps(flows, indent=2, sort_keys=True) + "\n")
     report(flows, Day(tenants=args.tenants))
-    report_idle()
+    report_targets(flows, report_idle())
 
 
 if __name__ == "__main__":

@@ -194,6 +194,7 @@ def _start_run(backend: Any, machine: Any, name: str, execution_input: Any, trac
     """A new run of an Express machine, never deduplicated (moto's start_execution, without its name check)."""
     import json
 
+    from moto.stepfunctions.parser.api import StateMachineType
     from moto.stepfunctions.parser.backend.execution import Execution
 
     clone = copy.deepcopy(machine, {id(machine.executions): [], id(machine.backend): machine.backend})
@@ -201,7 +202,7 @@ def _start_run(backend: Any, machine: Any, name: str, execution_input: Any, trac
     json.loads(input_data)  # moto raises InvalidExecutionInput the same way; the caller's path validated it already
     execution = Execution(
         name=name,
-        sm_type=EXPRESS,
+        sm_type=StateMachineType.EXPRESS,
         role_arn=clone.roleArn,
         exec_arn=_express_arn(machine, name),
         account_id=backend.account_id,
