@@ -116,7 +116,7 @@ def test_state_machine_and_environment_come_from_the_template(stack: Stack) -> N
     states = json.loads(described["definition"])["States"]
 
     assert described["name"] == "packyard-PublishStateMachine"
-    assert described["type"] == "STANDARD"
+    assert described["type"] == "EXPRESS"  # issue 23: the template's Type
     assert "${" not in described["definition"]
     for state, function in (("Verify", "VerifyFunction"), ("Publish", "PublishFunction"), ("Reject", "RejectFunction")):
         assert states[state]["Resource"] == stack.functions[function].arn

@@ -8,8 +8,8 @@ moto does not enforce IAM, so a missing permission would only show after ``sam d
   yank, an expired session; installs waiting for consent that are approved, rejected, superseded and timed out, a
   Consent task retried; update, rollback, archive, restore, promote, previews, uninstall; a deferred and resumed
   operation, an operation taken over after a lost settle; every query route; and the sweeps (expired upload,
-  verification whose execution never ran, operation never started, settle lost, a consent wait that timed out
-  while Settle was down). Each AWS call is recorded with the function whose handler made it
+  verification whose runs never ran rejected once its resumes are spent, operation never started, settle lost, a
+  consent wait that timed out while Settle was down). Each AWS call is recorded with the function whose handler made it
   (:func:`devstack.counting.record_aws_calls`), mapped to the IAM actions and resources AWS authorizes it against
   (:func:`devstack.iam.needs_of`: a transaction's items, an index's ARN, a copy's source and target, a presigned
   URL's signed action), and checked against the function's role as the SAM translator expands template.yaml, its
@@ -52,8 +52,9 @@ from packyard.errors import TransientStoreError
 from packyard.operations import commit, settlement
 from packyard.publishing import resumption, verification
 from packyard.store import aws, workflows
+from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
-from tests.support.sweeping import run_maintenance
+from tests.support.sweeping import run_maintenance, sweep_kinds
 
 pytestmark = pytest.mark.xdist_group("iam")
 
@@ -306,20 +307,23 @@ def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> Non
 
 
 def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
-    """The maintenance sweeps: an abandoned session expires, a verification whose execution never ran is rejected, a
-    verification a transient failure stopped past its retries (Deferred) is started again, an operation whose
-    workflow never started is started, a committed operation whose settle was lost is settled, a wait for consent
-    that timed out while Settle was down is settled consent_expired."""
+    """The maintenance sweeps: an abandoned session expires, a verification whose runs never ran is rejected once its
+    resumes are spent, a verification a transient failure stopped past its retries (Deferred) is started again, an
+    operation whose workflow never started is started, a committed operation whose settle was lost is settled, a
+    wait for consent that timed out while Settle was down is settled consent_expired."""
     ws = "ws-iam-sweep"
-    _ok(acme.request_upload("abandoned", "1.0.0", _v(b"abandoned\n")), 201)
-
     built = _v(b"never verified\n")
     never = _ok(acme.request_upload("unverified", "1.0.0", built), 201)
     acme.put_archive(never, built.archive)
     mp.setattr(workflows, "start", lambda *args: "never started")
     _ok(acme.post(f"/v1/uploads/{never['uploadId']}/complete"), 202)
+    # its resumes spent in-process (each renewal's run never starts), before anything else is due
+    window = config.limits().reservation_ttl_seconds
+    for renewal in range(resumption.MAX_RESUMES):
+        assert sweep_kinds([DueKind.UPLOAD], clock.now() + (renewal + 1) * window)["resumed"] == 1
     orphan = _ok(acme.install(ws, "orphan", "plain", "1.0.0", key="k-orphan"), 202)
     mp.undo()
+    _ok(acme.request_upload("abandoned", "1.0.0", _v(b"abandoned\n")), 201)
 
     def verify_down(*args: object, **kwargs: object) -> dict[str, Any]:
         raise TransientStoreError("DynamoDB: ThrottlingException")
@@ -351,7 +355,7 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     config.reset()
     assert _op(acme, ws, waiting)["state"] == "awaiting_consent"
 
-    run_maintenance(stack, clock.now() + 2 * HOUR)
+    run_maintenance(stack, clock.now() + (resumption.MAX_RESUMES + 2) * window)
 
     assert _ok(acme.get(f"/v1/uploads/{never['uploadId']}"), 200)["state"] == "rejected"
     publish_machine = stack.state_machine_arns["PublishStateMachine"]

@@ -26,6 +26,7 @@ from devstack.faults import lose_answers
 from packyard import clock, config
 from packyard.consent import waiting
 from packyard.maintenance import jobs
+from packyard.publishing import resumption
 from packyard.publishing.manifest import canonical_manifest_bytes, parse_manifest
 from packyard.store import catalog, workflows
 from packyard.store import jobs as job_store
@@ -141,40 +142,47 @@ def _expired(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> l
 
 
 def _verify_never_ran(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
-    """Completed, but its execution never started: the sweep rejects it, recording what a publish might have
-    written as orphans (reclaimed by a later sweep, their records kept a while as tombstones)."""
+    """Completed, but no run of its verification ever starts (nor any the sweep starts again): once its resumes are
+    spent the sweep rejects it, recording what a publish might have written as orphans (reclaimed by a later sweep,
+    their records kept a while as tombstones). (Before the workflows were Express, the sweep looked the execution up
+    and rejected a never-started one at once; now a session past its window is started again, up to MAX_RESUMES.)"""
     built = build_from_files({"SKILL.md": b"v1\n"})
     session = caller.request_upload("hello", "1.0.0", built)
     caller.put_archive(session.body, built.archive)
+    at = clock.now() + HOUR
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(workflows, "start", lambda *args: "never started")
         assert caller.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
-    at = clock.now() + HOUR
-    sweep_kinds([DueKind.UPLOAD], at)
+        for renewal in range(resumption.MAX_RESUMES + 1):  # each renewal's window ends within the hour
+            sweep_kinds([DueKind.UPLOAD], at + renewal * HOUR)
+    at += resumption.MAX_RESUMES * HOUR
     orphans = _blob_records(stack, caller.tenant)
     sweep_kinds([DueKind.BLOB], at + DAY)
     upload = caller.get(f"/v1/uploads/{session.body['uploadId']}").body
     return [upload["state"], orphans, _blob_records(stack, caller.tenant), used_bytes(stack, caller.tenant)]
 
 
-def _still_verifying(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
-    """A session verifying past the reservation window whose execution still runs: looked at again later."""
+def _resumed(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
+    """A session still verifying past the reservation window (complete died before starting its run): the sweep
+    renews it (resumes + 1, the window renewed) and starts verification again, which publishes it. (It replaces a
+    case of the old rule, a run still going past the window, looked at again later: an Express run cannot outlive
+    the window, and nothing looks runs up any more.)"""
     built = build_from_files({"SKILL.md": b"v1\n"})
     session = caller.request_upload("hello", "1.0.0", built)
     caller.put_archive(session.body, built.archive)
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(workflows, "start", lambda *args: "started elsewhere")
+        patched.setattr(workflows, "start", lambda *args: "died before starting it")
         assert caller.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
-        patched.setattr(workflows, "execution_status", lambda arn: "RUNNING")
-        patched.setattr(workflows, "execution_outcome", lambda arn: ("RUNNING", None))
-        at = clock.now() + HOUR
-        sweep_kinds([DueKind.UPLOAD], at)
-    upload = caller.get(f"/v1/uploads/{session.body['uploadId']}").body
+    swept = sweep_kinds([DueKind.UPLOAD], clock.now() + HOUR)
+    machine = stack.state_machine_arns["PublishStateMachine"]
+    again = workflows.execution_arn(machine, resumption.attempt_name(session.body["uploadId"], 1))
+    run = devstack.wait_for_execution(again, timeout=60)
     pk, sk = catalog.upload_key(caller.tenant, session.body["uploadId"])
     item = boto3.client("dynamodb").get_item(
         TableName=stack.table_name, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True
     )["Item"]
-    return [upload["state"], int(item["dueAt"]["S"]) - at, used_bytes(stack, caller.tenant) > 0]
+    upload = caller.get(f"/v1/uploads/{session.body['uploadId']}").body
+    return [swept["resumed"], run["status"], item["resumes"]["N"], upload["state"], _blobs(stack, caller.tenant)]
 
 
 def _install(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
@@ -276,7 +284,7 @@ CASES = {
     "rejected": Case(_rejected, ("catalog.settle_upload_without_release",)),
     "expired": Case(_expired, ("catalog.settle_upload_without_release",)),
     "verify-never-ran": Case(_verify_never_ran, ("reclaims.mark_orphan",)),
-    "still-verifying": Case(_still_verifying, ("catalog.postpone_upload_check",)),
+    "resumed": Case(_resumed, ("catalog.renew_verification",)),
     "install": Case(_install, ("workspace.admit", "workspace.transition", "workspace.commit", "workspace.settle")),
     "consent": Case(_consent, ("consent.await_consent", "consent.refresh_consent_token", "consent.decide")),
     "yanked": Case(_yanked, ("reclaims.release_blobs", "reclaims.finish_reclaim")),

@@ -12,8 +12,10 @@ import pytest
 import devstack
 from devstack.caller import Caller
 from devstack.lambdas import LambdaContext, load_module
-from packyard import clock
+from packyard import clock, config
 from packyard.api.times import epoch_of
+from packyard.publishing import resumption
+from packyard.publishing.resumption import MAX_RESUMES
 from packyard.store import due, workflows
 from packyard_cli.build import build_from_files
 from tests.support.callers import used_bytes
@@ -50,9 +52,11 @@ def test_given_an_abandoned_upload_session_when_swept_after_its_deadline_then_it
     assert run_maintenance(stack, clock.now() + 3 * HOUR).get("expired", 0) == 0
 
 
-def test_given_a_verifying_session_whose_execution_never_ran_when_swept_then_it_is_rejected(
+def test_given_a_verifying_session_whose_execution_never_ran_when_swept_then_verification_starts_again(
     stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """(It was rejected at once when the sweep could look the execution up; an Express run cannot be looked up, and
+    a session verifying past its window has none going: it is renewed and verification starts again.)"""
     built = build_from_files({"SKILL.md": b"v1\n"})
     session = acme.request_upload("hello", "1.0.0", built)
     acme.put_archive(session.body, built.archive)
@@ -62,6 +66,28 @@ def test_given_a_verifying_session_whose_execution_never_ran_when_swept_then_it_
 
     swept = run_maintenance(stack, clock.now() + HOUR)
 
+    assert swept["resumed"] == 1
+    machine = stack.state_machine_arns["PublishStateMachine"]
+    again = workflows.execution_arn(machine, resumption.attempt_name(session.body["uploadId"], 1))
+    assert devstack.wait_for_execution(again, timeout=60)["status"] == "SUCCEEDED"
+    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "published"
+
+
+def test_given_a_verifying_session_whose_runs_never_run_when_its_resumes_are_spent_then_it_is_rejected(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built = build_from_files({"SKILL.md": b"v1\n"})
+    session = acme.request_upload("hello", "1.0.0", built)
+    acme.put_archive(session.body, built.archive)
+    monkeypatch.setattr(workflows, "start", lambda *args: "never started")
+    assert acme.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
+    window = config.limits().reservation_ttl_seconds
+    renewals = [run_maintenance(stack, clock.now() + n * window)["resumed"] for n in range(1, MAX_RESUMES + 1)]
+    monkeypatch.undo()
+
+    swept = run_maintenance(stack, clock.now() + (MAX_RESUMES + 1) * window)
+
+    assert renewals == [1] * MAX_RESUMES  # each renewal renewed the window: one per window, never two
     upload = acme.get(f"/v1/uploads/{session.body['uploadId']}").body
     assert swept["rejected"] == 1
     assert (upload["state"], upload["rejection"]["code"]) == ("rejected", "publish_failed")
@@ -209,6 +235,12 @@ def test_given_a_reject_that_keeps_failing_then_the_execution_records_it_and_the
 
     swept = run_maintenance(stack, clock.now() + HOUR)
 
-    assert swept["rejected"] == 1
-    assert acme.get(f"/v1/uploads/{session.body['uploadId']}").body["state"] == "rejected"
+    # past its window verification starts again (no execution is looked up: an Express run cannot be): the new run
+    # rejects it with the verdict itself, the reservation returned once
+    assert swept["resumed"] == 1
+    machine = stack.state_machine_arns["PublishStateMachine"]
+    again = workflows.execution_arn(machine, resumption.attempt_name(session.body["uploadId"], 1))
+    assert devstack.wait_for_execution(again, timeout=60)["status"] == "SUCCEEDED"
+    upload = acme.get(f"/v1/uploads/{session.body['uploadId']}").body
+    assert (upload["state"], upload["rejection"]["code"]) == ("rejected", "archive_rejected")
     assert used_bytes(stack, "t-acme") == 0

@@ -26,6 +26,7 @@ from devstack.caller import Caller
 from devstack.faults import InjectedCrash, crash_after
 from packyard import clock, config
 from packyard.maintenance import sweeps
+from packyard.publishing import resumption
 from packyard.store import workflows
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
@@ -124,12 +125,26 @@ def _expired_session_check(stack: devstack.Stack, caller: Caller, state: dict[st
 
 
 def _unstarted_verify_setup(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Completed, and no run of its verification ever starts; with no resumes left (MAX_RESUMES 0) the first sweep
+    past its window rejects it. (The sweep used to look the execution up and reject a never-started one at once;
+    now a session past its window is started again up to MAX_RESUMES times, and rejected after: "verify-renewed"
+    crashes the renewal.)"""
+    return _verifying_forever(caller, mp, resumes_allowed=0)
+
+
+def _renewed_verify_setup(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> dict[str, Any]:
+    """As "verify-never-ran" with one resume allowed: the first sweep renews it (and starts a run that never
+    comes), the next one rejects it."""
+    return _verifying_forever(caller, mp, resumes_allowed=1)
+
+
+def _verifying_forever(caller: Caller, mp: pytest.MonkeyPatch, *, resumes_allowed: int) -> dict[str, Any]:
     built = build_from_files({"SKILL.md": b"v1\n"})
     session = caller.request_upload("hello", "1.0.0", built)
     caller.put_archive(session.body, built.archive)
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(workflows, "start", lambda *args: "never started")
-        assert caller.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
+    mp.setattr(workflows, "start", lambda *args: "never started")
+    mp.setattr(resumption, "MAX_RESUMES", resumes_allowed)
+    assert caller.post(f"/v1/uploads/{session.body['uploadId']}/complete").status == 202
     return {"upload": session.body["uploadId"]}
 
 
@@ -214,6 +229,7 @@ def _rotten_check(stack: devstack.Stack, caller: Caller, state: dict[str, Any]) 
 CASES = {
     "expired-session": Case((DueKind.UPLOAD,), _expired_session_setup, _expired_session_check),
     "verify-never-ran": Case((DueKind.UPLOAD,), _unstarted_verify_setup, _unstarted_verify_check),
+    "verify-renewed": Case((DueKind.UPLOAD,), _renewed_verify_setup, _unstarted_verify_check),
     "settle-failed": Case((DueKind.OPERATION,), _stuck_settle_setup, _stuck_settle_check),
     "yanked-unreferenced": Case((DueKind.JOB, DueKind.BLOB), _yanked_setup, _yanked_check, later=HOUR),
     "yanked-but-held": Case((DueKind.JOB, DueKind.BLOB), _shared_setup, _shared_check, later=HOUR),
