@@ -208,6 +208,8 @@ def recorded_calls() -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
     def hook(model: Any = None, params: Any = None, context: Any = None, **_: Any) -> None:
         if model is None or (isinstance(context, dict) and context.get("capacity_recorded")):
             return
+        if isinstance(context, dict) and context.get("is_presign_request"):
+            return  # a presigned URL is signed locally: no request (the client's use of it is counted apart)
         if isinstance(context, dict):
             context["capacity_recorded"] = True
         calls.append((model.service_model.service_name, model.name, dict(params or {})))
@@ -641,7 +643,7 @@ def idle_cost() -> dict[str, float]:
     snapstart_gb = sum(
         r["Properties"].get("MemorySize", globals_["MemorySize"]) / 1024
         for r in resources.values()
-        if r["Type"] == "AWS::Serverless::Function" and "SnapStart" in r["Properties"]
+        if r["Type"] == "AWS::Serverless::Function" and _snapstart_on(template, r["Properties"].get("SnapStart"))
     )
     alarms = sum(1 for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm")
     keys = sum(1 for r in resources.values() if r["Type"] == "AWS::KMS::Key")
@@ -668,6 +670,28 @@ def idle_cost() -> dict[str, float]:
         f"CloudWatch: {alarms} alarms": alarms * ALARM_A_MONTH,
         f"KMS: {keys} key(s) (the release signing key)": keys * PRICE["kms_key_month"],
     }
+
+
+def _snapstart_on(template: dict[str, Any], setting: Any) -> bool:
+    """Whether a function's SnapStart applies with the template's parameter defaults (``ApplyOn`` may be an ``!If``
+    on a condition of a parameter)."""
+    if not isinstance(setting, dict):
+        return False
+    apply_on = setting.get("ApplyOn")
+    if isinstance(apply_on, dict) and "Fn::If" in apply_on:
+        condition, when_true, when_false = apply_on["Fn::If"]
+        apply_on = when_true if _condition_holds(template, condition) else when_false
+    return apply_on == "PublishedVersions"
+
+
+def _condition_holds(template: dict[str, Any], name: str) -> bool:
+    """A template condition of the form ``Fn::Equals [!Ref Parameter, value]``, at the parameters' defaults."""
+    (function, (left, right)), *_ = template["Conditions"][name].items()
+    if function != "Fn::Equals":
+        raise ValueError(f"condition {name}: only Fn::Equals on a parameter is modelled")
+    if isinstance(left, dict) and "Ref" in left:
+        left = str(template["Parameters"][left["Ref"]].get("Default"))
+    return str(left) == str(right)
 
 
 def report_idle() -> dict[str, float]:
