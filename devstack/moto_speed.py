@@ -46,9 +46,11 @@ from typing import Any
 from moto.core import serialize as moto_serialize
 from moto.core.models import botocore_stubber
 from moto.settings import moto_server_port
+from moto.stepfunctions.parser.asl.component.common.path import result_path as asl_result_path
 from moto.stepfunctions.parser.asl.parse import asl_parser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 from moto.stepfunctions.parser.asl.utils import boto_client
+from moto.stepfunctions.parser.asl.utils import json_path as asl_json_path
 
 _installed: dict[str, Any] = {}
 
@@ -206,6 +208,12 @@ def _uninstall_shared_clients() -> None:
 # ------------------------------------------------------------------ per-request lookups that never change
 
 
+_ASL_JSONPATH_MODULES: tuple[Any, ...] = (asl_json_path, asl_result_path)
+"""moto's ASL modules that call ``jsonpath_ng``'s ``parse`` (a PLY parser run) for each path of each state they
+evaluate: ``ResultPath`` and ``extract_json`` (InputPath, OutputPath, Parameters' ``.$`` fields). A parsed path is
+only read (``find``, ``update_or_create`` change the data, not the path), so one is shared by every execution."""
+
+
 def _install_static_lookups() -> None:
     import jsonpath_ng.ext
     from moto import backends
@@ -220,6 +228,9 @@ def _install_static_lookups() -> None:
     parse = getattr(jsonpath_ng.ext, "parse")  # noqa: B009 - moto.events imports it from there at each call
     _installed["jsonpath_parse"] = parse
     setattr(jsonpath_ng.ext, "parse", functools.lru_cache(maxsize=256)(parse))  # noqa: B010
+    for module in _ASL_JSONPATH_MODULES:  # the ASL interpreter's paths: imported by name, parsed at every state
+        _installed[f"{module.__name__}.parse"] = module.parse
+        module.parse = functools.lru_cache(maxsize=256)(module.parse)
 
 
 def _uninstall_static_lookups() -> None:
@@ -230,6 +241,65 @@ def _uninstall_static_lookups() -> None:
     setattr(backends, "list_of_moto_modules", _installed.pop("list_of_moto_modules"))  # noqa: B010
     setattr(responses, "method_names_from_class", _installed.pop("method_names_from_class"))  # noqa: B010
     setattr(jsonpath_ng.ext, "parse", _installed.pop("jsonpath_parse"))  # noqa: B010
+    for module in _ASL_JSONPATH_MODULES:
+        module.parse = _installed.pop(f"{module.__name__}.parse")
+
+
+# ------------------------------------------------------------------ DynamoDB update expressions
+
+UPDATE_EXPRESSIONS_KEPT = 512
+
+
+def _processing_map(self: Any) -> dict[type, Callable[[Any], Any]]:
+    """The traverser's node-kind → processor map, built once per traverser (moto builds the dict again twice for
+    every node it visits: once to ask whether the node's kind is processed, once to find its processor)."""
+    found: dict[type, Callable[[Any], Any]] | None = self.__dict__.get("_devstack_processing_map")
+    if found is None:
+        found = self.__dict__["_devstack_processing_map"] = self._processing_map()
+    return found
+
+
+def _nodes_to_be_processed(self: Any) -> tuple[type, ...]:
+    """moto's ``DepthFirstTraverser.nodes_to_be_processed``, from the map built once."""
+    return tuple(_processing_map(self))
+
+
+def _process(self: Any, node: Any) -> Any:
+    """moto's ``DepthFirstTraverser.process``, from the map built once (the first kind the node is wins, as there)."""
+    for kind, processor in _processing_map(self).items():
+        if isinstance(node, kind):
+            return processor(node)
+    return None
+
+
+def _update_expression_classes() -> tuple[Any, Any]:
+    """moto's ``DepthFirstTraverser`` and ``UpdateExpressionParser`` (untyped modules: read by name)."""
+    from moto.dynamodb.parsing import ast_nodes, expressions
+
+    return getattr(ast_nodes, "DepthFirstTraverser"), getattr(expressions, "UpdateExpressionParser")  # noqa: B009
+
+
+def _install_update_expressions() -> None:
+    """An update expression's syntax tree is parsed once per expression text (moto tokenizes and parses it again for
+    each UpdateItem and each Update of a transaction, in its handler and again in its backend): every use reads the
+    tree (``find_clauses``) or validates a deep copy of it (``Validator.__init__``), so one tree serves all. A text
+    that does not parse raises each time, as before (``lru_cache`` keeps no exceptions)."""
+    traverser, parser = _update_expression_classes()
+
+    _installed["UpdateExpressionParser.make"] = parser.__dict__["make"]
+    make: Any = functools.lru_cache(maxsize=UPDATE_EXPRESSIONS_KEPT)(_installed["UpdateExpressionParser.make"].__func__)
+    setattr(parser, "make", classmethod(make))  # noqa: B010
+    for name, replacement in (("nodes_to_be_processed", _nodes_to_be_processed), ("process", _process)):
+        _installed[f"DepthFirstTraverser.{name}"] = traverser.__dict__[name]
+        setattr(traverser, name, replacement)
+
+
+def _uninstall_update_expressions() -> None:
+    traverser, parser = _update_expression_classes()
+
+    setattr(parser, "make", _installed.pop("UpdateExpressionParser.make"))  # noqa: B010
+    for name in ("nodes_to_be_processed", "process"):
+        setattr(traverser, name, _installed.pop(f"DepthFirstTraverser.{name}"))
 
 
 # ------------------------------------------------------------------ install
@@ -243,11 +313,13 @@ def install() -> None:
     _install_parse_cache()
     _install_shared_clients()
     _install_static_lookups()
+    _install_update_expressions()
 
 
 def uninstall() -> None:
     if not _installed:
         return
+    _uninstall_update_expressions()
     _uninstall_static_lookups()
     _uninstall_shared_clients()
     _uninstall_parse_cache()

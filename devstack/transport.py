@@ -11,9 +11,18 @@ Here a botocore ``before-send`` hook (the way moto's own in-process mock, ``Boto
 takes a request addressed to the moto server's host and port, builds the WSGI environ werkzeug's server would
 build from it (moto's ``MotoRequestHandler`` included: ``x-amz-meta-*`` header names keep their underscores) and calls
 the very app the server runs (so a wrapper around it, :mod:`devstack.persistence`'s journal, sees every request
-either way). Everything else is as before: botocore serializes, signs and parses; moto parses, dispatches, runs its
+either way). Everything else is as before: botocore serializes and parses; moto parses, dispatches, runs its
 backends and serializes. Requests from anywhere else (the CLI, presigned URLs, another process) still arrive over
 HTTP.
+
+**Not signed, only addressed.** moto verifies no signature (it enforces no IAM), and reads two things from a request's
+``Authorization`` header: the access key (the account) and the credential scope's region. SigV4's canonical request,
+payload hash and HMAC chain were 7% of the stack's CPU under load (docs/decisions.md, "Local stack throughput, second
+pass"). A request this hook will hand to the app in-process is therefore given the header SigV4 would write, with the
+same ``Credential=<key>/<date>/<region>/<service>/aws4_request`` scope and ``X-Amz-Date``/``X-Amz-Security-Token``
+headers, and a placeholder signature. Only plain ``SigV4Auth`` is short-cut: S3's signer (its payload-hash header is
+read by moto's S3), presigned URLs (``SigV4QueryAuth``: they leave the process) and every request to any other
+address are signed as before.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSResponse
+from botocore.exceptions import NoCredentialsError
 from botocore.handlers import BUILTIN_HANDLERS
 from moto.core.botocore_stubber import MockRawResponse
 from moto.core.request import (
@@ -126,6 +137,35 @@ def _call(app: Any, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]]
     return int(str(answer["status"]).split(" ", 1)[0]), list(answer["headers"]), body
 
 
+UNSIGNED_SIGNATURE = "0" * 64
+"""The signature an in-process request carries: SigV4's shape (64 hex digits), no HMAC computed."""
+
+
+def _in_process(url: str) -> bool:
+    return bool(_apps) and urlsplit(url).netloc in _apps
+
+
+def _addressed_in_process(self: SigV4Auth, request: Any) -> None:
+    """``SigV4Auth.add_auth`` for a request to this process's moto: the headers SigV4 writes, without computing the
+    signature nobody checks (see the module's docstring). Anything else is signed by botocore's own method."""
+    if type(self) is not SigV4Auth or not _in_process(request.url):
+        _installed_add_auth(self, request)
+        return
+    if self.credentials is None:
+        raise NoCredentialsError()
+    from botocore.auth import SIGV4_TIMESTAMP, get_current_datetime
+
+    request.context["timestamp"] = get_current_datetime().strftime(SIGV4_TIMESTAMP)
+    self._modify_request_before_signing(request)  # X-Amz-Date, the session token, as SigV4 sets them
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={self.scope(request)}, SignedHeaders=host;x-amz-date, "
+        f"Signature={UNSIGNED_SIGNATURE}"
+    )
+
+
+_installed_add_auth: Any = SigV4Auth.add_auth
+
+
 def _send_in_process(request: Any = None, **_: Any) -> AWSResponse | None:
     if request is None or not _apps:
         return None
@@ -150,6 +190,8 @@ def install(app: Any, host: str, port: int) -> None:
             _apps[f"{name}:{port}"] = app
         if ("before-send", _send_in_process) not in BUILTIN_HANDLERS:
             BUILTIN_HANDLERS.append(("before-send", _send_in_process))
+        if SigV4Auth.__dict__["add_auth"] is not _addressed_in_process:
+            SigV4Auth.add_auth = _addressed_in_process
     import boto3
 
     if boto3.DEFAULT_SESSION is not None:  # made before: its clients to come (moto's Step Functions ones) get it too
@@ -162,6 +204,8 @@ def uninstall() -> None:
         _apps.clear()
         if ("before-send", _send_in_process) in BUILTIN_HANDLERS:
             BUILTIN_HANDLERS.remove(("before-send", _send_in_process))
+        if SigV4Auth.__dict__["add_auth"] is _addressed_in_process:
+            SigV4Auth.add_auth = _installed_add_auth
     import boto3
 
     if boto3.DEFAULT_SESSION is not None:

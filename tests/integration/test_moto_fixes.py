@@ -198,6 +198,40 @@ def test_a_token_is_a_new_request_after_ten_minutes(stack: Stack, monkeypatch: p
     assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
 
 
+def test_a_transaction_with_binary_values_is_idempotent_under_its_token(stack: Stack) -> None:
+    """moto's parser hands the handler a B attribute as bytes: the same bytes are the same parameters, others not."""
+    client = boto3.client("dynamodb")
+
+    def put(blob: bytes) -> list[dict[str, Any]]:
+        return [{"Put": {"TableName": stack.table_name, "Item": {**item("B"), "blob": {"B": blob}}}}]
+
+    client.transact_write_items(TransactItems=put(b"\x00\xffone"), ClientRequestToken="token-b")
+    client.transact_write_items(TransactItems=put(b"\x00\xffone"), ClientRequestToken="token-b")
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(TransactItems=put(b"\x00\xfftwo"), ClientRequestToken="token-b")
+    assert caught.value.response["Error"]["Code"] == "IdempotentParameterMismatchException"
+    assert everything(client, stack.table_name) == [{**item("B"), "blob": {"B": b"\x00\xffone"}}]
+
+
+def test_leaving_the_window_forgets_the_old_tokens_and_keeps_the_newer(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = boto3.client("dynamodb")
+    now = moto_fixes._clock()
+    monkeypatch.setattr(moto_fixes, "_clock", lambda: now)
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "O"), ClientRequestToken="token-old")
+    monkeypatch.setattr(moto_fixes, "_clock", lambda: now + 300)
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "N"), ClientRequestToken="token-new")
+    monkeypatch.setattr(moto_fixes, "_clock", lambda: now + moto_fixes.IDEMPOTENCY_WINDOW_SECONDS)
+    # the old token left the window (a new request: its condition cancels it); the newer one is still answered
+    with pytest.raises(ClientError) as caught:
+        client.transact_write_items(TransactItems=_increment(stack.table_name, "O"), ClientRequestToken="token-old")
+    assert caught.value.response["Error"]["Code"] == "TransactionCanceledException"
+    client.transact_write_items(TransactItems=_increment(stack.table_name, "N"), ClientRequestToken="token-new")
+    remembered = [token for (_, _, token) in moto_fixes._tokens]
+    assert "token-old" not in remembered and "token-new" in remembered
+
+
 def test_moto_itself_still_ignores_the_token(stack: Stack) -> None:
     """The upstream gap the fix closes: when this fails, moto honours ClientRequestToken and the fix can go."""
     from moto.dynamodb.responses import DynamoHandler

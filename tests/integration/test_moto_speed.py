@@ -103,3 +103,60 @@ def test_a_kept_parse_tree_gives_each_execution_its_own_program(stack: Any) -> N
     assert second_tree is first_tree  # parsed once
     assert second_program is not first_program  # preprocessed for each execution
     assert type(second_program) is type(first_program)
+
+
+UPDATES: list[tuple[str, dict[str, Any], str | None]] = [
+    # (UpdateExpression, ExpressionAttributeValues, ConditionExpression)
+    ("SET a = :one, b = :list", {":one": {"N": "1"}, ":list": {"L": [{"S": "x"}]}}, None),
+    ("SET a = a + :one ADD c :one", {":one": {"N": "1"}}, "attribute_exists(a)"),
+    (
+        "SET b = list_append(b, :list), d = if_not_exists(d, :one)",
+        {":one": {"N": "1"}, ":list": {"L": [{"S": "y"}]}},
+        None,
+    ),
+    ("SET m = :map", {":map": {"M": {"k": {"N": "2"}}}}, None),
+    ("SET m.k = m.k - :one REMOVE d", {":one": {"N": "1"}}, "m.k > :one"),
+    ("ADD s :set", {":set": {"SS": ["p", "q"]}}, None),
+    ("DELETE s :set", {":set": {"SS": ["p"]}}, None),
+    ("SET a = :one", {":one": {"N": "9"}}, "a = :one"),  # condition fails
+    ("SET a = :one, a = :one", {":one": {"N": "1"}}, None),  # two actions on one path: refused
+    ("SET a = = :one", {":one": {"N": "1"}}, None),  # does not parse
+    ("SET pk = :one", {":one": {"S": "other"}}, None),  # the key: refused
+]
+
+
+def _run_updates(client: Any, table: str, pk: str) -> list[Any]:
+    from botocore.exceptions import ClientError
+
+    outcomes: list[Any] = []
+    for _ in range(2):  # the second round meets every expression again (a kept tree, when kept)
+        for expression, values, condition in UPDATES:
+            params: dict[str, Any] = {
+                "TableName": table,
+                "Key": {"pk": {"S": pk}, "sk": {"S": "u"}},
+                "UpdateExpression": expression,
+                "ExpressionAttributeValues": values,
+                "ReturnValues": "ALL_NEW",
+            }
+            if condition:
+                params["ConditionExpression"] = condition
+            try:
+                answer = client.update_item(**params)["Attributes"]
+                outcomes.append({k: v for k, v in answer.items() if k != "pk"})
+            except ClientError as exc:
+                outcomes.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+    return outcomes
+
+
+def test_update_expressions_answer_as_motos_own_with_trees_kept_and_maps_built_once(stack: Any) -> None:
+    import boto3
+
+    client = boto3.client("dynamodb")
+    kept = _run_updates(client, stack.table_name, "t-speed-kept")
+    moto_speed._uninstall_update_expressions()
+    try:
+        own = _run_updates(client, stack.table_name, "t-speed-own")
+    finally:
+        moto_speed._install_update_expressions()
+    assert kept == own
+    assert any(isinstance(outcome, tuple) for outcome in own) and any(isinstance(o, dict) for o in own)
