@@ -104,8 +104,10 @@ def get_archive(package: Annotated[str, Path()], version: Annotated[str, Path()]
     summary="Get the signed statement of a release",
     description=(
         "The release's DSSE envelope: an in-toto Statement v1 naming the archive and the manifest by sha256, with "
-        "tenant, package, version, publisher and time, signed by the key its keyid names in GET /v1/signing-keys. "
-        "Verify it offline (packyard verify); yanked and unavailable releases keep theirs."
+        "tenant, package, version, publisher and time, signed by a short-lived key whose certificate (the "
+        "signature's extension) a key in GET /v1/signing-keys signed; releases signed before short-lived keys are "
+        "signed by the listed key itself. Verify it offline (packyard verify); yanked and unavailable releases keep "
+        "theirs."
     ),
     tags=["signing"],
     **contract(

@@ -28,16 +28,52 @@ class AttestationLinkView(ApiModel):
     """Where a release's signed statement is, and what it is: fetch ``href`` and verify it offline."""
 
     href: str = Field(description="GET this for the DSSE envelope")
-    key_id: str = Field(alias="keyId", description="the kid (RFC 7638 thumbprint) of the key that signed it")
+    key_id: str = Field(
+        alias="keyId",
+        description="the kid (RFC 7638 thumbprint), in GET /v1/signing-keys, of the key behind the signature: the one "
+        "that certified the short-lived key that signed it (or, for older releases, signed it itself)",
+    )
 
     @classmethod
     def of(cls, package: str, version: str, ref: AttestationRef) -> Self:
         return cls(href=attestation_path(package, version), key_id=ref.key_id)
 
 
+class KeyCertificateSignatureView(ApiModel):
+    keyid: str = Field(description="kid of the KMS key in GET /v1/signing-keys that certified the short-lived key")
+    sig: str = Field(description="base64 of KMS's ASN.1 DER ECDSA P-256 / SHA-256 signature over the PAE bytes")
+
+
+class KeyCertificateView(ApiModel):
+    """A short-lived signing key's certificate: a DSSE envelope whose payload (canonical JSON, type
+    ``https://packyard.dev/attestations/signing-key/v1``) names the key (JWK), its window (``notBefore``,
+    ``notAfter``), the certifying key's kid (``certifiedBy``) and the stack (``issuer``), signed by that KMS key."""
+
+    payload: str = Field(description="base64 of the certificate statement's bytes (canonical JSON)")
+    payload_type: Literal["application/vnd.packyard.signing-key+json"] = Field(alias="payloadType")
+    signatures: list[KeyCertificateSignatureView]
+
+
+class KeyCertificateExtView(ApiModel):
+    certificate: KeyCertificateView
+
+
+class SignatureExtensionView(ApiModel):
+    """A DSSE signature extension (envelope.proto ``Extension``): here, the signing key's certificate."""
+
+    kind: Literal["application/vnd.packyard.signing-key-certificate;version=1"]
+    ext: KeyCertificateExtView
+
+
 class DsseSignatureView(ApiModel):
-    keyid: str = Field(description="kid of the signing key in GET /v1/signing-keys (RFC 7638 JWK thumbprint)")
+    keyid: str = Field(
+        description="kid (RFC 7638 JWK thumbprint) of the key that signed: a short-lived key certified by the "
+        "extension's certificate, or (releases signed before short-lived keys) a key in GET /v1/signing-keys"
+    )
     sig: str = Field(description="base64 of the ASN.1 DER ECDSA P-256 / SHA-256 signature over the PAE bytes")
+    extension: SignatureExtensionView | None = Field(
+        default=None, description="the short-lived signing key's certificate (absent: signed by a listed key itself)"
+    )
 
 
 class DsseEnvelopeView(ApiModel):
@@ -51,13 +87,28 @@ class DsseEnvelopeView(ApiModel):
     @classmethod
     def of(cls, envelope: attestation.Envelope) -> Self:
         return cls(
-            payload=base64.b64encode(envelope.payload).decode("ascii"),
+            payload=_b64(envelope.payload),
             payload_type=attestation.PAYLOAD_TYPE,
             signatures=[
-                DsseSignatureView(keyid=s.keyid, sig=base64.b64encode(s.sig).decode("ascii"))
+                DsseSignatureView(keyid=s.keyid, sig=_b64(s.sig), extension=_extension(s.certificate))
                 for s in envelope.signatures
             ],
         )
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _extension(certificate: attestation.Envelope | None) -> SignatureExtensionView | None:
+    if certificate is None:
+        return None
+    view = KeyCertificateView(
+        payload=_b64(certificate.payload),
+        payload_type=attestation.CERTIFICATE_TYPE,
+        signatures=[KeyCertificateSignatureView(keyid=s.keyid, sig=_b64(s.sig)) for s in certificate.signatures],
+    )
+    return SignatureExtensionView(kind=attestation.CERTIFICATE_KIND, ext=KeyCertificateExtView(certificate=view))
 
 
 class JwkView(ApiModel):

@@ -12,6 +12,11 @@ sides encode the signed bytes with one function.
   payloadType ``application/vnd.in-toto+json``.
 * The signature is ECDSA P-256 over SHA-256 of the PAE bytes, ASN.1 DER encoded (what KMS's Sign returns for
   ``ECDSA_SHA_256``); the key id is the key's RFC 7638 JWK thumbprint, so a pinned key names itself.
+* A release is signed by a short-lived key of the publish process, which KMS certified (docs/decisions.md, "A
+  short-lived signing key"): its signature carries, as a DSSE signature extension (envelope.proto ``Extension``:
+  ``kind`` + ``ext``), a **key certificate**: a DSSE envelope of its own (payloadType :data:`CERTIFICATE_TYPE`)
+  whose payload names the short-lived key (JWK), its validity window and the KMS key that certifies it, signed by
+  that KMS key. Releases signed before carry no certificate: their signature is KMS's own, as it always was.
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ PREDICATE_TYPE = "https://packyard.dev/attestations/release/v1"
 VERIFIER = "packyard-archive-verifier/1"
 """The verifier whose verdict the statement records: the archive verifier's rules (one reading per archive,
 bounded streaming pass) at this version; bumped when what it accepts changes."""
+
+CERTIFICATE_TYPE = "application/vnd.packyard.signing-key+json"
+"""payloadType of a key certificate: never a release statement's, so no signature over one can pass for the other
+(PAE binds the type)."""
+CERTIFICATE_STATEMENT_TYPE = "https://packyard.dev/attestations/signing-key/v1"
+CERTIFICATE_KIND = "application/vnd.packyard.signing-key-certificate;version=1"
+"""The DSSE signature extension's ``kind`` under which a signature carries its key's certificate."""
 
 ARCHIVE_SUBJECT = "archive.tar.gz"
 MANIFEST_SUBJECT = "manifest.json"
@@ -114,12 +126,20 @@ def statement_bytes(claim: ReleaseClaim) -> bytes:
     return canonical_json(statement(claim))
 
 
-def envelope(payload: bytes, keyid: str, signature: bytes) -> dict[str, Any]:
-    return {
-        "payload": base64.b64encode(payload).decode("ascii"),
-        "payloadType": PAYLOAD_TYPE,
-        "signatures": [{"keyid": keyid, "sig": base64.b64encode(signature).decode("ascii")}],
-    }
+def envelope(
+    payload: bytes,
+    keyid: str,
+    signature: bytes,
+    *,
+    certificate: dict[str, Any] | None = None,
+    payload_type: str = PAYLOAD_TYPE,
+) -> dict[str, Any]:
+    """A DSSE envelope with one signature; ``certificate`` (a key certificate's envelope) rides on the signature as
+    its extension: the short-lived key ``keyid`` names is the one the certificate certifies."""
+    entry: dict[str, Any] = {"keyid": keyid, "sig": base64.b64encode(signature).decode("ascii")}
+    if certificate is not None:
+        entry["extension"] = {"kind": CERTIFICATE_KIND, "ext": {"certificate": certificate}}
+    return {"payload": base64.b64encode(payload).decode("ascii"), "payloadType": payload_type, "signatures": [entry]}
 
 
 def envelope_bytes(value: dict[str, Any]) -> bytes:
@@ -130,6 +150,8 @@ def envelope_bytes(value: dict[str, Any]) -> bytes:
 class Signature:
     keyid: str
     sig: bytes
+    certificate: Envelope | None = None
+    """The key certificate the signature carries (its extension): None for a signature by a pinned key itself."""
 
 
 @dataclass(frozen=True)
@@ -161,21 +183,48 @@ def parse_envelope(raw: bytes) -> Envelope:
         document = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise EnvelopeDamaged(f"the envelope is not JSON (truncated or garbled): {exc.__class__.__name__}") from exc
+    return _envelope_of(document, PAYLOAD_TYPE, "the envelope")
+
+
+def _envelope_of(document: Any, payload_type: str, what: str) -> Envelope:
     if not isinstance(document, dict):
-        raise EnvelopeDamaged("the envelope is not a JSON object")
-    payload_type = document.get("payloadType")
-    if payload_type != PAYLOAD_TYPE:
-        raise EnvelopeDamaged(f"payloadType is {payload_type!r}, not {PAYLOAD_TYPE!r}")
-    payload = _b64(document.get("payload"), "payload")
+        raise EnvelopeDamaged(f"{what} is not a JSON object")
+    stated_type = document.get("payloadType")
+    if stated_type != payload_type:
+        raise EnvelopeDamaged(f"{what}'s payloadType is {stated_type!r}, not {payload_type!r}")
+    payload = _b64(document.get("payload"), f"{what}'s payload")
     entries = document.get("signatures")
     if not isinstance(entries, list) or not entries:
-        raise EnvelopeDamaged("the envelope carries no signatures")
+        raise EnvelopeDamaged(f"{what} carries no signatures")
     signatures = []
     for index, entry in enumerate(entries):
         if not isinstance(entry, dict) or not isinstance(entry.get("keyid"), str) or not entry["keyid"]:
-            raise EnvelopeDamaged(f"signature {index} names no keyid")
-        signatures.append(Signature(keyid=entry["keyid"], sig=_b64(entry.get("sig"), f"signature {index}")))
-    return Envelope(payload_type=payload_type, payload=payload, signatures=tuple(signatures))
+            raise EnvelopeDamaged(f"{what}'s signature {index} names no keyid")
+        signatures.append(
+            Signature(
+                keyid=entry["keyid"],
+                sig=_b64(entry.get("sig"), f"{what}'s signature {index}"),
+                certificate=_certificate_of(entry.get("extension"), payload_type, what),
+            )
+        )
+    return Envelope(payload_type=stated_type, payload=payload, signatures=tuple(signatures))
+
+
+def _certificate_of(extension: Any, payload_type: str, what: str) -> Envelope | None:
+    """The key certificate a signature's extension carries; another kind of extension is ignored (DSSE: consumers
+    ignore what they do not recognise); a certificate's own signature carries none (KMS signed it)."""
+    if extension is None:
+        return None
+    if not isinstance(extension, dict) or not isinstance(extension.get("kind"), str):
+        raise EnvelopeDamaged(f"{what} has a signature extension without a kind")
+    if extension["kind"] != CERTIFICATE_KIND:
+        return None
+    if payload_type == CERTIFICATE_TYPE:
+        raise EnvelopeDamaged("a key certificate's signature carries a certificate of its own")
+    ext = extension.get("ext")
+    if not isinstance(ext, dict) or "certificate" not in ext:
+        raise EnvelopeDamaged(f"{what}'s signature extension holds no certificate")
+    return _envelope_of(ext["certificate"], CERTIFICATE_TYPE, "the key certificate")
 
 
 def parse_claim(payload: bytes) -> ReleaseClaim:
@@ -218,6 +267,72 @@ def parse_claim(payload: bytes) -> ReleaseClaim:
         published_by=published_by,
         published_at=predicate["publishedAt"],
         verifier=predicate["verifier"],
+    )
+
+
+# ---- key certificates: a short-lived key, certified by the KMS key --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeyCertificate:
+    """What a key certificate states: the short-lived key (its JWK members and kid), the window in which it may
+    sign (epoch seconds, both ends included), the KMS key that certifies it, and the stack (the key's alias)."""
+
+    kid: str
+    x: str
+    y: str
+    not_before: int
+    not_after: int
+    certified_by: str
+    """kid (RFC 7638 thumbprint) of the KMS key, as ``GET /v1/signing-keys`` lists it."""
+    issuer: str
+    """The stack whose key certified it (the name of its signing key's alias)."""
+
+    def covers(self, epoch: int) -> bool:
+        return self.not_before <= epoch <= self.not_after
+
+
+def certificate_bytes(certificate: KeyCertificate) -> bytes:
+    """The certificate's payload (canonical JSON): what KMS signs, once per short-lived key."""
+    return canonical_json(
+        {
+            "_type": CERTIFICATE_STATEMENT_TYPE,
+            "key": {"kty": "EC", "crv": "P-256", "x": certificate.x, "y": certificate.y, "kid": certificate.kid},
+            "notBefore": statement_time(certificate.not_before),
+            "notAfter": statement_time(certificate.not_after),
+            "certifiedBy": certificate.certified_by,
+            "issuer": certificate.issuer,
+        }
+    )
+
+
+def parse_certificate(payload: bytes) -> KeyCertificate:
+    """The key certificate of a certificate payload; anything else is refused (EnvelopeDamaged)."""
+    try:
+        document = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EnvelopeDamaged("the key certificate's payload is not JSON") from exc
+    if not isinstance(document, dict) or document.get("_type") != CERTIFICATE_STATEMENT_TYPE:
+        raise EnvelopeDamaged(f"the key certificate is not a {CERTIFICATE_STATEMENT_TYPE} statement")
+    key = document.get("key")
+    if not isinstance(key, dict) or (key.get("kty"), key.get("crv")) != ("EC", "P-256"):
+        raise EnvelopeDamaged("the key certificate does not name an EC P-256 key")
+    texts = (key.get("x"), key.get("y"), key.get("kid"), document.get("certifiedBy"))
+    if not all(isinstance(t, str) and t for t in texts) or not isinstance(document.get("issuer"), str):
+        raise EnvelopeDamaged("the key certificate lacks the key's x, y or kid, its certifier or its issuer")
+    try:
+        not_before = epoch_of_statement_time(str(document.get("notBefore")))
+        not_after = epoch_of_statement_time(str(document.get("notAfter")))
+    except ValueError as exc:
+        raise EnvelopeDamaged("the key certificate's window is not two RFC 3339 times") from exc
+    return KeyCertificate(
+        kid=key["kid"],
+        x=key["x"],
+        y=key["y"],
+        not_before=not_before,
+        not_after=not_after,
+        certified_by=document["certifiedBy"],
+        issuer=document["issuer"],
     )
 
 

@@ -130,14 +130,22 @@ class ReleaseStatus(StrEnum):
 
 
 class AttestationRef(BaseModel):
-    """Where a release's signed statement is (a DSSE envelope, ``publishing.signing``): the object's sha256 and size
-    and the id of the key that signed it. The envelope itself is an S3 object; the release item stays small."""
+    """A release's signed statement (a DSSE envelope, ``publishing.signing``): the envelope's sha256 and size and
+    the kid of the KMS key behind it (``GET /v1/signing-keys``). Signed by a short-lived key (``signer`` set): the
+    signature, that key's kid and the statement's verifier are here, and the envelope is rebuilt from the release
+    and the key's certificate (about 190 bytes more on the release item, no object). Signed by KMS itself (older
+    releases): the envelope is an S3 object."""
 
     model_config = ConfigDict(populate_by_name=True, frozen=True)
 
     sha256: str
     size: int
     key_id: str = Field(alias="keyId")
+    sig: str | None = None
+    """base64 of the short-lived key's DER ECDSA signature over the statement's PAE."""
+    signer: str | None = None
+    """kid of the short-lived key (its certificate is recorded by store.signing)."""
+    verifier: str | None = None
 
 
 class SigningKey(BaseModel):
