@@ -240,3 +240,154 @@ def test_envelopes_of_the_wrong_form_are_damaged(signer: Signer, mutate) -> None
     raw = json.dumps(document).encode()
     with pytest.raises(EnvelopeDamaged):
         attestation.parse_claim(attestation.parse_envelope(raw).payload)
+
+
+# ---- releases signed by a short-lived key, certified by the pinned key ------------------------------------------
+
+WINDOW_START = attestation.epoch_of_statement_time(CLAIM.published_at) - 60
+
+
+class Certified:
+    """A short-lived key (``signer``) whose certificate the pinned key (``authority``, as KMS) signed."""
+
+    def __init__(self, authority: Signer, *, not_before: int = WINDOW_START, seconds: int = 3600) -> None:
+        self.authority = authority
+        self.signer = Signer()
+        self.certificate = attestation.KeyCertificate(
+            kid=self.signer.kid,
+            x=self.signer.jwk["x"],
+            y=self.signer.jwk["y"],
+            not_before=not_before,
+            not_after=not_before + seconds,
+            certified_by=authority.kid,
+            issuer="alias/packyard-release-signing",
+        )
+
+    def certificate_document(self, *, by: Signer | None = None, certificate=None) -> dict:  # type: ignore[no-untyped-def,type-arg]
+        payload = attestation.certificate_bytes(certificate or self.certificate)
+        key = by or self.authority
+        sig = key.private.sign(attestation.pae(attestation.CERTIFICATE_TYPE, payload), ec.ECDSA(hashes.SHA256()))
+        return attestation.envelope(payload, self.authority.kid, sig, payload_type=attestation.CERTIFICATE_TYPE)
+
+    def envelope(self, claim: ReleaseClaim = CLAIM, *, document: dict | None = None) -> bytes:  # type: ignore[type-arg]
+        payload = attestation.statement_bytes(claim)
+        sig = self.signer.private.sign(attestation.pae(attestation.PAYLOAD_TYPE, payload), ec.ECDSA(hashes.SHA256()))
+        certificate = document if document is not None else self.certificate_document()
+        return attestation.envelope_bytes(attestation.envelope(payload, self.signer.kid, sig, certificate=certificate))
+
+
+@pytest.fixture
+def certified(signer: Signer) -> Certified:
+    return Certified(signer)
+
+
+def test_a_release_signed_by_a_certified_key_verifies_and_names_the_pinned_key(certified: Certified) -> None:
+    verified = attestations.verify_envelope(
+        certified.envelope(), key_set(certified.authority.jwk), package="hello", version="1.0.0", tenant="t-acme"
+    )
+    assert verified.claim == CLAIM
+    assert verified.kid == certified.authority.kid  # the key GET /v1/signing-keys lists
+    assert verified.certificate == certified.certificate
+    document = json.loads(certified.envelope())
+    assert document["signatures"][0]["keyid"] == certified.signer.kid
+    assert document["signatures"][0]["extension"]["kind"] == attestation.CERTIFICATE_KIND
+
+
+def test_the_certificate_round_trips() -> None:
+    authority = Signer()
+    certificate = Certified(authority).certificate
+    assert attestation.parse_certificate(attestation.certificate_bytes(certificate)) == certificate
+    assert certificate.covers(certificate.not_before) and certificate.covers(certificate.not_after)
+    assert not certificate.covers(certificate.not_after + 1)
+
+
+def test_a_forged_certificate_is_refused_as_wrong_key(certified: Certified) -> None:
+    """Signed by another key under the pinned key's id: no pinned key vouches for the key that signed (exit 11)."""
+    forged = certified.envelope(document=certified.certificate_document(by=Signer()))
+    with pytest.raises(WrongKey, match="forged or altered") as refused:
+        attestations.verify_envelope(forged, key_set(certified.authority.jwk))
+    assert refused.value.exit_code == 11
+
+
+def test_a_certificate_altered_after_signing_is_refused_as_wrong_key(certified: Certified) -> None:
+    document = certified.certificate_document()
+    longer = replace(certified.certificate, not_after=certified.certificate.not_after + 86400 * 365)
+    document["payload"] = base64.b64encode(attestation.certificate_bytes(longer)).decode()
+    with pytest.raises(WrongKey, match="forged or altered"):
+        attestations.verify_envelope(certified.envelope(document=document), key_set(certified.authority.jwk))
+
+
+@pytest.mark.parametrize("offset", [-61, 3600 - 60 + 1])
+def test_a_release_outside_its_keys_window_is_refused_as_wrong_key(certified: Certified, offset: int) -> None:
+    """publishedAt before notBefore or after notAfter: the key was not allowed to sign then (exit 11)."""
+    when = attestation.statement_time(attestation.epoch_of_statement_time(CLAIM.published_at) + offset)
+    with pytest.raises(WrongKey, match="outside its certificate's window") as refused:
+        attestations.verify_envelope(
+            certified.envelope(replace(CLAIM, published_at=when)), key_set(certified.authority.jwk)
+        )
+    assert refused.value.exit_code == 11
+
+
+def test_a_certificate_by_an_unpinned_key_is_refused_as_unknown_key_id(certified: Certified) -> None:
+    with pytest.raises(UnknownKeyId, match="does not hold") as refused:
+        attestations.verify_envelope(certified.envelope(), key_set(Signer().jwk))
+    assert certified.authority.kid in refused.value.reason
+    assert refused.value.exit_code == 12
+
+
+def test_a_short_lived_signature_without_its_certificate_is_an_unknown_key(certified: Certified) -> None:
+    document = json.loads(certified.envelope())
+    document["signatures"][0].pop("extension")
+    with pytest.raises(UnknownKeyId):
+        attestations.verify_envelope(json.dumps(document).encode(), key_set(certified.authority.jwk))
+
+
+def test_a_payload_changed_after_a_certified_key_signed_is_refused_as_tampered(certified: Certified) -> None:
+    document = json.loads(certified.envelope())
+    document["payload"] = base64.b64encode(attestation.statement_bytes(replace(CLAIM, version="9.9.9"))).decode()
+    with pytest.raises(EnvelopeTampered, match="altered after signing") as refused:
+        attestations.verify_envelope(json.dumps(document).encode(), key_set(certified.authority.jwk))
+    assert refused.value.exit_code == 10
+
+
+def test_a_certificate_for_another_key_is_refused_as_wrong_key(certified: Certified) -> None:
+    other = Certified(certified.authority)
+    with pytest.raises(WrongKey, match="certifies key"):
+        attestations.verify_envelope(
+            certified.envelope(document=other.certificate_document()), key_set(certified.authority.jwk)
+        )
+
+
+def test_a_signed_certificate_cannot_pass_for_a_release_envelope(certified: Certified) -> None:
+    """PAE binds the payloadType: what the pinned key signed as a certificate is no release statement."""
+    raw = attestation.canonical_json(certified.certificate_document())
+    with pytest.raises(EnvelopeTampered, match="payloadType"):
+        attestations.verify_envelope(raw, key_set(certified.authority.jwk))
+    document = json.loads(raw)
+    document["payloadType"] = attestation.PAYLOAD_TYPE
+    with pytest.raises(EnvelopeTampered, match="does not verify"):
+        attestations.verify_envelope(json.dumps(document).encode(), key_set(certified.authority.jwk))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "refusal"),
+    [
+        (lambda c: c.update(payload="not base64!"), EnvelopeTampered),
+        (lambda c: c.update(payloadType="application/json"), EnvelopeTampered),
+        (lambda c: c.update(signatures=[]), EnvelopeTampered),
+        # a payload replaced under KMS's signature: the certificate no longer verifies (forged or altered)
+        (lambda c: c.update(payload=base64.b64encode(b'{"_type": "other"}').decode()), WrongKey),
+    ],
+)
+def test_a_damaged_certificate_is_refused(certified: Certified, mutate, refusal) -> None:  # type: ignore[no-untyped-def]
+    document = json.loads(certified.envelope())
+    mutate(document["signatures"][0]["extension"]["ext"]["certificate"])
+    with pytest.raises(refusal):
+        attestations.verify_envelope(json.dumps(document).encode(), key_set(certified.authority.jwk))
+
+
+def test_an_unknown_extension_kind_is_ignored_as_dsse_requires(signer: Signer) -> None:
+    document = json.loads(signer.envelope())
+    document["signatures"][0]["extension"] = {"kind": "application/vnd.example", "ext": {"x": 1}}
+    verified = attestations.verify_envelope(json.dumps(document).encode(), key_set(signer.jwk))
+    assert verified.certificate is None
