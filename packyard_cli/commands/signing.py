@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from packyard.publishing import attestation
 from packyard_cli import attestations
 from packyard_cli.arguments import exact_release
 from packyard_cli.client import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, CliError, segment
@@ -116,11 +117,20 @@ def cmd_verify(ctx: Context, args: argparse.Namespace) -> int:
         "publishedBy": claim.published_by,
         "publishedAt": claim.published_at,
     }
+    certificate = verified.certificate
+    if certificate is not None:  # signed by a short-lived key that the pinned key certified
+        summary["signingKey"] = {
+            "kid": certificate.kid,
+            "notBefore": attestation.statement_time(certificate.not_before),
+            "notAfter": attestation.statement_time(certificate.not_after),
+            "issuer": certificate.issuer,
+        }
+    signer = f"key {verified.kid}" if certificate is None else f"key {certificate.kid}, certified by key {verified.kid}"
 
     def render() -> None:
         checked = f"archive {args.archive}" if args.archive else "the release's recorded digests"
         ctx.out.print(
-            f"[bold green]verified[/] {claim.package}@{claim.version}: signed by key {verified.kid}; {checked} "
+            f"[bold green]verified[/] {claim.package}@{claim.version}: signed by {signer}; {checked} "
             f"match the signed statement (published by {claim.published_by} at {claim.published_at})",
             highlight=False,
             soft_wrap=True,

@@ -72,6 +72,11 @@ def test_a_published_release_verifies_against_the_pinned_keys(cli: Cli, publishe
     assert online.code == 0, online.output
     assert online.json()["verified"] is True
     assert online.json()["tenant"] == cli.tenant
+    # signed by the publish process's short-lived key, which the pinned key certified for an hour
+    signing_key = online.json()["signingKey"]
+    assert signing_key["kid"] != online.json()["keyId"]
+    assert online.json()["keyId"] in [key["kid"] for key in json.loads(published["keys"].read_text())["keys"]]
+    assert signing_key["notBefore"] <= online.json()["publishedAt"] <= signing_key["notAfter"]
     assert with_archive.code == 0, with_archive.output
     assert "verified weather-skill@1.0.0" in with_archive.stdout
     assert offline.code == 0, offline.output
@@ -96,6 +101,23 @@ def test_a_tampered_envelope_exits_10(cli: Cli, published: dict[str, Path]) -> N
     assert "does not verify" in edited.output
     assert cut.code == 10, cut.output
     assert "damaged" in cut.output
+
+
+def test_a_forged_certificate_exits_11(cli: Cli, published: dict[str, Path]) -> None:
+    """The short-lived key's certificate given a later notAfter: KMS's signature over it no longer holds."""
+    document = _save_envelope(cli, published["envelope"])
+    certificate = document["signatures"][0]["extension"]["ext"]["certificate"]
+    statement = json.loads(base64.b64decode(certificate["payload"]))
+    statement["notAfter"] = "2099-01-01T00:00:00Z"
+    certificate["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    published["envelope"].write_text(json.dumps(document))
+
+    done = cli(
+        "verify", "weather-skill@1.0.0", "--keys", str(published["keys"]), "--envelope", str(published["envelope"])
+    )
+
+    assert done.code == 11, done.output
+    assert "forged or altered" in done.output
 
 
 def test_a_wrong_key_exits_11(cli: Cli, published: dict[str, Path]) -> None:

@@ -61,19 +61,21 @@ class KeyCertificateExtView(ApiModel):
 class SignatureExtensionView(ApiModel):
     """A DSSE signature extension (envelope.proto ``Extension``): here, the signing key's certificate."""
 
-    kind: Literal["application/vnd.packyard.signing-key-certificate;version=1"]
+    # fields in canonical (sorted) order, as in every view here: the body is the envelope's canonical bytes, whose
+    # sha256 the release records (and Release Published carries)
     ext: KeyCertificateExtView
+    kind: Literal["application/vnd.packyard.signing-key-certificate;version=1"]
 
 
 class DsseSignatureView(ApiModel):
+    extension: SignatureExtensionView | None = Field(
+        default=None, description="the short-lived signing key's certificate (absent: signed by a listed key itself)"
+    )
     keyid: str = Field(
         description="kid (RFC 7638 JWK thumbprint) of the key that signed: a short-lived key certified by the "
         "extension's certificate, or (releases signed before short-lived keys) a key in GET /v1/signing-keys"
     )
     sig: str = Field(description="base64 of the ASN.1 DER ECDSA P-256 / SHA-256 signature over the PAE bytes")
-    extension: SignatureExtensionView | None = Field(
-        default=None, description="the short-lived signing key's certificate (absent: signed by a listed key itself)"
-    )
 
 
 class DsseEnvelopeView(ApiModel):
