@@ -131,7 +131,11 @@ def to_item(pk: str, sk: str, model: BaseModel, **extra: Any) -> dict[str, Any]:
 
 
 def from_item(model: type[M], item: Mapping[str, Any]) -> M:
-    values = unmarshal(item)
+    return from_values(model, unmarshal(item))
+
+
+def from_values(model: type[M], values: dict[str, Any]) -> M:
+    """The model a stored item's values (:func:`unmarshal`) hold, validated (``values`` is consumed)."""
     version = values.pop("schemaVersion", None)
     if version != SCHEMA_VERSION:
         raise StoredItemInvalid(f"{model.__name__} item has schemaVersion {version!r}, expected {SCHEMA_VERSION}")

@@ -37,7 +37,17 @@ from packyard.installations.models import Installation, InstallationStatus
 from packyard.operations.models import Operation, OperationState, Slot, Supersession
 from packyard.store import counters, due, dynamo
 from packyard.store.counters import bytes_key, counter_key, workspace_pk
-from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
+from packyard.store.dynamo import (
+    TransactionCancelled,
+    from_item,
+    from_values,
+    key,
+    marshal,
+    table_name,
+    to_item,
+    transact,
+    unmarshal,
+)
 from packyard.store.records import Counter, ReleaseHolder
 
 if TYPE_CHECKING:
@@ -285,11 +295,7 @@ def unpacked(values: dict[str, Any]) -> dict[str, Any]:
 
 def operation_of(item: Mapping[str, Any]) -> Operation:
     """The operation a stored item holds (packed or, written before the packing, all plain), validated."""
-    packed = item.get(PACKED_ATTRIBUTE)
-    if packed is None:
-        return from_item(Operation, item)
-    rest = {name: value for name, value in item.items() if name != PACKED_ATTRIBUTE}
-    return from_item(Operation, {**marshal(unpack(packed["B"])), **rest})
+    return from_values(Operation, unpacked(unmarshal(item)))
 
 
 def operation_item(op: Operation, retain_until: int | None = None) -> dict[str, Any]:
