@@ -1,5 +1,5 @@
-"""devstack.moto_speed: the faster DynamoDB serializer answers the same bytes as moto's own, and a kept ASL parse tree
-still gives every execution evaluation components of its own."""
+"""devstack.moto_speed: the faster DynamoDB serializer answers the same bytes as moto's own, executions sharing one
+kept ASL program keep their own state, and update expressions parsed once answer as moto's own."""
 
 from __future__ import annotations
 
@@ -94,15 +94,75 @@ def test_the_local_runtime_answers_dynamodb_with_the_faster_serializer(stack: An
     assert moto_serialize.get_serializer_class("dynamodb", "json") is moto_speed.DynamoJSONSerializer
 
 
-def test_a_kept_parse_tree_gives_each_execution_its_own_program(stack: Any) -> None:
+def test_a_definition_is_parsed_and_preprocessed_once(stack: Any) -> None:
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
     definition = json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "Result": 1, "End": True}}})
     first_program, first_tree = AmazonStateLanguageParser.parse(definition)
     second_program, second_tree = AmazonStateLanguageParser.parse(definition)
-    assert second_tree is first_tree  # parsed once
-    assert second_program is not first_program  # preprocessed for each execution
-    assert type(second_program) is type(first_program)
+    assert second_tree is first_tree and second_program is first_program
+
+
+SHARED_PROGRAM = {
+    "StartAt": "Each",
+    "States": {
+        "Each": {
+            "Type": "Map",
+            "ItemsPath": "$.items",
+            "MaxConcurrency": 3,
+            "ItemProcessor": {
+                "StartAt": "Sign",
+                "States": {
+                    "Sign": {
+                        "Type": "Choice",
+                        "Choices": [{"Variable": "$.n", "NumericLessThan": 0, "Next": "Negative"}],
+                        "Default": "Size",
+                    },
+                    "Negative": {"Type": "Fail", "Error": "Negative", "Cause": "a negative item"},
+                    "Size": {
+                        "Type": "Choice",
+                        "Choices": [{"Variable": "$.n", "NumericGreaterThan": 9, "Next": "Big"}],
+                        "Default": "Small",
+                    },
+                    "Big": {"Type": "Pass", "Parameters": {"n.$": "$.n", "size": "big"}, "End": True},
+                    "Small": {"Type": "Pass", "Parameters": {"n.$": "$.n", "size": "small"}, "End": True},
+                },
+            },
+            "ResultPath": "$.sized",
+            "Next": "Done",
+        },
+        "Done": {"Type": "Pass", "OutputPath": "$.sized", "End": True},
+    },
+}
+
+
+def test_executions_of_one_program_side_by_side_keep_their_own_state(stack: Any) -> None:
+    """Sixteen executions of one kept program at once, each with its own items: each ends as it alone would (its
+    own Map iterations, Choice branches, paths), and the one with a negative item fails alone."""
+    import boto3
+
+    import devstack
+    from devstack.template import create_state_machine
+
+    sfn = boto3.client("stepfunctions")
+    arn = create_state_machine(
+        sfn, name="shared-program", definition=SHARED_PROGRAM, role_arn="arn:aws:iam::123456789012:role/test"
+    )
+    inputs = {f"run-{i}": [i, i * 7, i + 10] if i != 5 else [1, -1, 2] for i in range(16)}
+    started = {
+        name: sfn.start_execution(
+            stateMachineArn=arn, name=name, input=json.dumps({"items": [{"n": n} for n in items]})
+        )["executionArn"]
+        for name, items in inputs.items()
+    }
+    for name, execution in started.items():
+        ended = devstack.wait_for_execution(execution, timeout=60)
+        if name == "run-5":
+            assert ended["status"] == "FAILED"
+            continue
+        assert ended["status"] == "SUCCEEDED"
+        expected = [{"n": n, "size": "big" if n > 9 else "small"} for n in inputs[name]]
+        assert json.loads(ended["output"]) == expected
 
 
 UPDATES: list[tuple[str, dict[str, Any], str | None]] = [
