@@ -1,6 +1,6 @@
 """DynamoDB items of a workspace: operations, installations, in-flight slots and installation counters.
 
-    operation      pk TENANT#<t>#WS#<ws>   sk OP#<operationId>
+    operation      pk TENANT#<t>#WS#<ws>   sk OP#<operationId>      (its written-once fields packed: PACKED_FIELDS)
     installation   pk TENANT#<t>#WS#<ws>   sk INST#<installationId>
     slot           pk TENANT#<t>#WS#<ws>   sk SLOT#<installationId>     (one in-flight operation per installation)
     counters       pk TENANT#<t>#WS#<ws>   sk COUNT#WORKSPACE | COUNT#TASK#<taskId>   (live installations)
