@@ -80,9 +80,9 @@ class Caller:
     def wait_settled(
         self, workspace: str, admitted: ApiResponse, timeout: float = 60, *, approve: bool = True
     ) -> dict[str, Any]:
-        """Wait for the operation's execution to finish, then read the operation. With ``approve`` (an owner holding
-        the approve scope, as the default caller does), a wait for consent on the way is approved for the exact plan
-        it asks; without, waiting for consent counts as done."""
+        """Wait for the operation's executions to finish, then read the operation. With ``approve`` (an owner
+        holding the approve scope, as the default caller does), a wait for consent on the way is approved for the
+        exact plan it asks (the decision starts the next execution); without, waiting for consent counts as done."""
         assert admitted.status in (200, 202), admitted.body
         op = admitted.body
         deadline = time.monotonic() + timeout
@@ -93,7 +93,12 @@ class Caller:
                 self.decide(workspace, op, "approve")
             try:
                 devstack.wait_for_execution(self._execution_arn(op), timeout=0.5)
-                break  # the execution ended: the operation is settled, or pending
+                # every run of it ended: the operation is settled, pending, or (its run recorded the wait and
+                # ended) waiting for consent
+                op = self.get(f"/v1/workspaces/{workspace}/operations/{op['operationId']}").body
+                if op["state"] != "awaiting_consent":
+                    break
+                continue
             except TimeoutError:
                 if time.monotonic() >= deadline:
                     raise

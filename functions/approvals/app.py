@@ -71,6 +71,6 @@ def decide(
     return ApprovalView.of(approval, workspace)
 
 
-@lambda_entry(HTTP_CORRELATION, settings=("table_name",))
+@lambda_entry(HTTP_CORRELATION, settings=("table_name", "install_state_machine_arn"))
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return serve(app, event, context)

@@ -1,4 +1,5 @@
-"""Step Functions task: compute the exact next installation and record it once."""
+"""Step Functions task: claim the operation for this execution, compute the exact next installation and record it
+once."""
 
 from __future__ import annotations
 
@@ -13,4 +14,6 @@ from packyard.workflow_inputs import OperationTask, parse
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     task = parse(OperationTask, event)
     release = (task.release.package, task.release.version) if task.release else None
-    return planning.plan_task(task.tenant, task.workspace, task.operation_id, release)
+    return planning.plan_task(
+        task.tenant, task.workspace, task.operation_id, release, runner=task.execution, attempt=task.attempt
+    )

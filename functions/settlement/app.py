@@ -13,5 +13,11 @@ from packyard.workflow_inputs import OperationTask, parse
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     task = parse(OperationTask, event)
     return settlement.settle_task(
-        task.tenant, task.workspace, task.installation_id, task.operation_id, task.error, attempt=task.attempt
+        task.tenant,
+        task.workspace,
+        task.installation_id,
+        task.operation_id,
+        task.error,
+        attempt=task.attempt,
+        runner=task.execution,
     )

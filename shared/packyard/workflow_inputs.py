@@ -43,6 +43,14 @@ class ReleaseKey(BaseModel):
     version: str = Field(min_length=1, max_length=128)
 
 
+class Runner(BaseModel):
+    """Which execution runs the task (``$.runner``, set from ``$$.Execution.Id`` by the first state)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    execution: str = Field(min_length=1, max_length=2048)
+
+
 class OperationTask(BaseModel):
     """What the install state machine carries (earlier states add their results, e.g. ``plan``, ``error``)."""
 
@@ -58,7 +66,13 @@ class OperationTask(BaseModel):
         description="the operation's attempt this execution runs (absent: started before it was set)",
     )
     release: ReleaseKey | None = Field(default=None, description="a target release planning still has to check")
+    runner: Runner | None = Field(default=None, description="the execution running it (absent: invoked directly)")
     error: dict[str, Any] | None = None
+
+    @property
+    def execution(self) -> str | None:
+        """The id of the execution running this task, which claims the operation (None: not run by one)."""
+        return self.runner.execution if self.runner else None
 
 
 class PlanningResult(BaseModel):
@@ -73,12 +87,6 @@ class CommitTask(OperationTask):
     """Commit needs the planning step's output at ``$.plan``."""
 
     plan: PlanningResult
-
-
-class ConsentTask(OperationTask):
-    """The consent wait's payload: the operation, and the task token Step Functions resumes it with."""
-
-    task_token: str = Field(alias="taskToken", min_length=1)
 
 
 class SweepTask(BaseModel):

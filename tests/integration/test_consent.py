@@ -4,11 +4,13 @@ workflow commits or settles refused. Decisions are recorded once, whatever is se
 
 from __future__ import annotations
 
+import json
 import threading
 
 import boto3
 import pytest
 
+import devstack
 from devstack.caller import Caller
 from packyard.authority import Permission
 from packyard_cli.build import build_from_files
@@ -177,29 +179,29 @@ def test_given_sixteen_concurrent_decisions_then_exactly_one_wins_and_it_settles
     assert final["consent"]["decision"] == winners[0][1]
 
 
-def test_given_the_task_token_when_sent_again_after_settling_then_nothing_commits_twice(
+def test_given_the_decisions_execution_when_started_again_after_settling_then_nothing_commits_twice(
     releases: Caller, stack
 ) -> None:
+    # (It sent the paused execution's task token again; there is none since the install workflow is Express: a
+    # decision starts a new run, and a replayed decision or an Express duplicate starts another one.)
     op = _waiting(releases)
-    token = _stored_token(stack, op["installationId"])
     assert releases.decide(WS, op, "approve", key="k-approve").status == 200
     final = releases.wait_settled(WS, releases.get(f"/v1/workspaces/{WS}/operations/{op['operationId']}"))
     assert final["outcome"] == {"result": "succeeded"}
 
-    sfn = boto3.client("stepfunctions")
-    with pytest.raises(sfn.exceptions.ClientError):
-        sfn.send_task_success(taskToken=token, output='{"version": 99}')
+    same_input = {"tenant": "t-acme", "workspace": WS, "installationId": "hello", "operationId": op["operationId"]}
+    again = boto3.client("stepfunctions").start_execution(
+        stateMachineArn=stack.state_machine_arns["InstallStateMachine"],
+        name=op["operationId"],
+        input=json.dumps({**same_input, "attempt": op["attempt"]}),
+    )
+    ended = devstack.wait_for_execution(again["executionArn"], timeout=60)
+
+    assert ended["status"] == "SUCCEEDED"
+    assert json.loads(ended["output"])["error"]["Error"] == "ClaimLost"  # it ended at Duplicate, touching nothing
     assert releases.get(f"/v1/workspaces/{WS}/installations/hello").body["version"] == 1
-
-
-def _stored_token(stack, installation_id: str) -> str:
-    """The consent wait's task token, read from the table (test-only: the API never returns it)."""
-    item = boto3.client("dynamodb").get_item(
-        TableName=stack.table_name,
-        Key={"pk": {"S": f"TENANT#t-acme#WS#{WS}"}, "sk": {"S": f"CONSENT#{installation_id}"}},
-        ConsistentRead=True,
-    )["Item"]
-    return str(item["taskToken"]["S"])
+    after = releases.get(f"/v1/workspaces/{WS}/operations/{op['operationId']}").body
+    assert after == final
 
 
 def test_given_a_workflow_token_that_claims_owner_origin_then_it_is_a_workflow_and_widening_is_refused(

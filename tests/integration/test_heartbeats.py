@@ -79,7 +79,7 @@ def test_given_a_consent_decided_then_the_operation_holds_an_ordinary_lease_agai
     waiting = acme.wait_settled(WS, admitted, approve=False)
     assert waiting["state"] == "awaiting_consent"
     deadline = int(_stored(stack, "SLOT#hello")["leaseUntil"]["N"])
-    monkeypatch.setattr(workflows, "send_task_success", lambda *args: True)  # decided, not yet resumed
+    monkeypatch.setattr(workflows, "start", lambda *args: "started")  # decided, its next execution not yet run
 
     decided = acme.decide(WS, waiting, "approve")
 

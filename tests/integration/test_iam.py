@@ -122,21 +122,15 @@ def _decided(
 
 
 def _consent_task_again(stack: devstack.Stack, ws: str, waiting: dict[str, Any]) -> None:
-    """The Consent task runs again for a wait it already recorded, as Step Functions' Retry would after a lost
-    answer: it refreshes the stored token (the same one here, read from the table) under a condition on the op."""
-    item = boto3.client("dynamodb", region_name=stack.region).get_item(
-        TableName=stack.table_name,
-        Key={"pk": {"S": f"TENANT#{TENANT}#WS#{ws}"}, "sk": {"S": f"CONSENT#{waiting['installationId']}"}},
-        ConsistentRead=True,
-    )["Item"]
+    """The Consent task runs again for a wait it already recorded, as Step Functions' Retry (or an Express
+    duplicate) would after a lost answer: it reads the operation and finds the wait recorded."""
     event = {
         "tenant": TENANT,
         "workspace": ws,
         "installationId": waiting["installationId"],
         "operationId": waiting["operationId"],
-        "taskToken": item["taskToken"]["S"],
     }
-    assert lambdas.invoke_handler(stack.functions["ConsentFunction"], event) == {"waiting": True, "refreshed": True}
+    assert lambdas.invoke_handler(stack.functions["ConsentFunction"], event) == {"waiting": True, "replay": True}
 
 
 def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
@@ -251,7 +245,7 @@ def installations(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -
 
 
 def consent_ends(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
-    """A wait superseded after its window (its token failed by admission); a wait that times out."""
+    """A wait superseded after its window; a wait that times out (the sweep settles it: no run waits with it)."""
     ws = "ws-iam-superseded"
     waiting = acme.wait_for_consent(ws, acme.install(ws, "hello", "hello", "1.0.0", key="k-wait"))
     assert waiting["state"] == "awaiting_consent"
@@ -265,17 +259,17 @@ def consent_ends(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) ->
     mp.setenv("PACKYARD_CONSENT_WINDOW_SECONDS", "1")
     config.reset()
     admitted = acme.install(ws, "hello", "hello", "1.0.0", key="k-timeout")
-    settled = acme.wait_settled(ws, admitted, timeout=60, approve=False)
+    waiting = acme.wait_for_consent(ws, admitted, timeout=60)
     mp.undo()
     config.reset()
-    settled = _op(acme, ws, settled) if settled["state"] != "settled" else settled
-    devstack.wait_for_execution(acme._execution_arn(settled), timeout=60)
-    assert _op(acme, ws, settled)["outcome"]["code"] == "consent_expired"
+    assert waiting["state"] == "awaiting_consent"
+    run_maintenance(stack, clock.now() + 2)
+    assert _op(acme, ws, waiting)["outcome"]["code"] == "consent_expired"
 
 
 def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     """A commit failing past its retries defers the operation; the same key resumes it. A lost settle is taken over
-    by the same key once the lease ran out (admission looks the execution up)."""
+    by the same key once the lease ran out (past its lease no run is left: nothing is looked up)."""
     ws = "ws-iam-recovery"
     acme.publish("plain", "1.0.0", build_from_files({"SKILL.md": b"plain\n"}))
 
@@ -581,7 +575,7 @@ def test_no_role_grants_a_wider_resource_than_its_calls_need_unless_the_template
 # the widenings the check must catch: (function, statement Sid, the wider Resource, a kind it then reaches)
 WIDENINGS = [
     ("VerifyFunction", "ReadStagedAndHeldContent", {"Fn::Sub": "${PackyardBucket.Arn}/*"}, f"/{iam.OTHER}/*"),
-    ("AdmissionFunction", "LookUpInstallExecutions", "*", f"execution:{iam.OTHER}:*"),
+    ("AdmissionFunction", "StartInstallWorkflows", "*", f"stateMachine:{iam.OTHER}"),
 ]
 
 
@@ -658,7 +652,7 @@ def test_a_grant_nothing_uses_is_caught(observed: Observation) -> None:
 
 def test_the_reason_next_to_a_statement_is_read_from_the_template() -> None:
     reasons = iam.reason_comments()
-    assert 'Resource "*"' in reasons[("AdmissionFunction", "EndSupersededConsentWaits")]
+    assert 'Resource "*"' in reasons[("InstallStateMachine", "DeliverExecutionLogs")]
     assert "s3:ListBucket" in reasons[("PublishFunction", "TellMissingObjects")]
 
 

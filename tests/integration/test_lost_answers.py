@@ -31,7 +31,6 @@ from packyard.publishing.manifest import canonical_manifest_bytes, parse_manifes
 from packyard.store import catalog, workflows
 from packyard.store import jobs as job_store
 from packyard.store.due import DueKind
-from packyard.store.workspace import consent_key
 from packyard_cli.build import build_from_files
 from tests.support import stacks
 from tests.support.callers import used_bytes
@@ -204,17 +203,13 @@ def _install(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> l
 
 
 def _consent(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
-    """An owner install that widens grants waits for consent; the consent task is retried with a new token (the
-    wait then names it); the owner approves."""
+    """An owner install that widens grants waits for consent (a recorded wait: its run ends); the consent task run
+    again finds the wait recorded; the owner approves (which starts the next run)."""
     caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}, permissions=[{"kind": "api_read"}]))
     admitted = caller.install(WS, "hello", "hello", "1.0.0", key="k-consent")
     op = caller.wait_for_consent(WS, admitted)
-    # the consent task run again (Step Functions' Retry), with the execution's token
-    ck, cs = consent_key(caller.tenant, WS, "hello")
-    token = boto3.client("dynamodb").get_item(
-        TableName=stack.table_name, Key={"pk": {"S": ck}, "sk": {"S": cs}}, ConsistentRead=True
-    )["Item"]["taskToken"]["S"]
-    refreshed = waiting.await_consent(caller.tenant, WS, op["operationId"], token)
+    # the consent task run again (Step Functions' Retry, or an Express duplicate): nothing more to record
+    refreshed = waiting.await_consent(caller.tenant, WS, op["operationId"])
     decided = caller.decide(WS, op, "approve")
     settled = caller.wait_settled(WS, admitted)
     installation = caller.get(caller.installation_path(WS, "hello")).body
@@ -286,7 +281,7 @@ CASES = {
     "verify-never-ran": Case(_verify_never_ran, ("reclaims.mark_orphan",)),
     "resumed": Case(_resumed, ("catalog.renew_verification",)),
     "install": Case(_install, ("workspace.admit", "workspace.transition", "workspace.commit", "workspace.settle")),
-    "consent": Case(_consent, ("consent.await_consent", "consent.refresh_consent_token", "consent.decide")),
+    "consent": Case(_consent, ("consent.await_consent", "consent.decide")),
     "yanked": Case(_yanked, ("reclaims.release_blobs", "reclaims.finish_reclaim")),
     "healed": Case(_healed, ("catalog.heal_release",)),
     "job": Case(_job, ("jobs.put",)),

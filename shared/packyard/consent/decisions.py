@@ -1,9 +1,11 @@
 """Deciding consent: an owner with the approve scope approves or rejects the exact plan an operation waits with.
 
 Read, decide, write: one read of the installation's consent wait and of this key's approval, then the operation
-(fenced by version, only while it waits), then one transaction recording the decision, so exactly one decision
-wins however many arrive at once. Only then is the waiting workflow resumed (approve: commit; reject: it settles
-refused ``consent_rejected``). A replay of the key answers the same decision and delivers it again if needed.
+(fenced by version, only while it waits), then one transaction recording the decision (the operation back to
+planned with it, no runner, its lease renewed), so exactly one decision wins however many arrive at once. Only then
+is a new execution of the install workflow started: its Plan claims the operation and replays the recorded plan
+(approve: commit; reject: it settles refused ``consent_rejected``). A replay of the key answers the same decision
+and starts an execution again (harmless: a run that finds the operation claimed or settled ends at once).
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from packyard.consent.models import Approval
 from packyard.errors import IdempotencyKeyReused, StaleAuthority, TransientStoreError
 from packyard.installations.models import check_installation_id, check_workspace_id
 from packyard.observability import logger, metrics, tracer
+from packyard.operations import workflow
 from packyard.operations.models import Operation, OperationState
 from packyard.operations.preconditions import check_idempotency_key, digest
 from packyard.operations.timing import lease_until
-from packyard.store import consent, workflows, workspace
+from packyard.store import consent, workspace
 
 DECISION_ATTEMPTS = 3
 
@@ -67,7 +70,7 @@ def decide(
     for _ in range(DECISION_ATTEMPTS):
         wait, recorded = consent.read_for_decision(tenant, workspace_id, installation_id, approval_id)
         if recorded is not None:
-            return _replay(recorded, request_digest)
+            return _replay(tenant, workspace_id, recorded, request_digest)
         if wait is None:
             raise StaleAuthority(f"no operation awaits consent on installation {installation_id}")
         op = workspace.get_operation(tenant, workspace_id, wait.operation_id)
@@ -95,7 +98,6 @@ def decide(
             decided_by=principal.subject,
             decided_at=now,
             operation_version=decided.version,
-            task_token=wait.task_token,
         )
         conflict = consent.decide(op, decided, approval)
         if conflict is None:
@@ -106,24 +108,25 @@ def decide(
                 value=1,
             )
             logger.info("consent decided", extra={"decision": request.decision, "operationId": op.operation_id})
-            deliver(approval)
+            workflow.start(decided)
             return approval
         if conflict.existing_approval is not None:
-            return _replay(conflict.existing_approval, request_digest)
+            return _replay(tenant, workspace_id, conflict.existing_approval, request_digest)
         # another decision (or a supersede) got there first: read again, which answers stale_authority
     raise TransientStoreError("the decision kept racing; retry with the same Idempotency-Key")
 
 
 def _decided(op: Operation, request: DecisionRequest, principal: Principal, now: int) -> Operation:
-    """Out of awaiting_consent: back to planned, the decision recorded on the operation. No longer waiting, it
-    holds an ordinary lease again from now (the heartbeat of its next step, Commit or Settle): a decision just
-    before the consent deadline does not leave the step that follows it past its lease."""
+    """Out of awaiting_consent: back to planned, the decision recorded on the operation, no runner (the execution
+    the decision starts claims it). No longer waiting, it holds an ordinary lease again from now: a decision just
+    before the consent deadline does not leave the execution it starts past its lease."""
     if op.consent is None:
         raise StaleAuthority(f"operation {op.operation_id} asks no consent")
     return op.model_copy(
         update={
             "state": OperationState.PLANNED,
             "version": op.version + 1,
+            "runner": None,
             "lease_until": lease_until(now),
             "updated_at": now,
             "consent": op.consent.model_copy(
@@ -133,24 +136,20 @@ def _decided(op: Operation, request: DecisionRequest, principal: Principal, now:
     )
 
 
-def _replay(recorded: Approval, request_digest: str) -> Approval:
+def _replay(tenant: str, workspace_id: str, recorded: Approval, request_digest: str) -> Approval:
     if recorded.request_digest != request_digest:
         raise IdempotencyKeyReused(
             f"Idempotency-Key already used for a different decision (approval {recorded.approval_id})",
             approvalId=recorded.approval_id,
         )
-    # the first attempt may have died between recording and delivering: delivering twice is harmless
-    deliver(recorded)
+    # the first attempt may have died between recording and starting the execution: starting again is harmless
+    resume_decided(tenant, workspace_id, recorded)
     return recorded
 
 
-def deliver(approval: Approval) -> bool:
-    """Resume the waiting workflow with the decision; False when it no longer waits (already resumed, timed out,
-    or ended)."""
-    if approval.decision == "approve":
-        return workflows.send_task_success(
-            approval.task_token, {"version": approval.operation_version, "decision": "approve"}
-        )
-    return workflows.send_task_failure(
-        approval.task_token, "ConsentRejected", f"the plan was rejected by {approval.decided_by or 'an owner'}"
-    )
+def resume_decided(tenant: str, workspace_id: str, approval: Approval) -> None:
+    """Start the install workflow again for the operation ``approval`` decided, while it is still in flight (a run
+    of one already claimed, settled or deferred ends at once)."""
+    op = workspace.get_operation(tenant, workspace_id, approval.operation_id)
+    if op is not None and op.in_flight and op.state is not OperationState.PENDING:
+        workflow.start(op)

@@ -1,5 +1,7 @@
-"""Waiting for consent (a task of the install state machine, run with ``.waitForTaskToken``): the planned operation
-moves to ``awaiting_consent`` and its task token is kept server-side until an owner decides or the window ends."""
+"""Waiting for consent: a recorded wait, not a paused execution (an Express run lasts at most 5 minutes, a consent
+window 7 days). The Consent task of the install state machine moves the planned operation to ``awaiting_consent``
+(its lease the consent deadline) with the installation's consent wait, and the execution ends. A decision starts a
+new execution (``consent.decisions``); no decision by the deadline and the sweep settles it ``consent_expired``."""
 
 from __future__ import annotations
 
@@ -19,20 +21,21 @@ from packyard.store import consent
 
 
 @tracer.capture_method(capture_response=False)
-def await_consent(tenant: str, workspace_id: str, operation_id: str, task_token: str) -> dict[str, Any]:
-    """Record the wait (or, on a retry of this task, the new token). The workflow stays paused until the token is
-    used by a decision; this task's own answer is not its output."""
+def await_consent(tenant: str, workspace_id: str, operation_id: str, runner: str | None = None) -> dict[str, Any]:
+    """Record the wait (fenced on the version its runner planned or claimed it at). A re-run of this task finds it
+    recorded: nothing to do. An operation another execution runs is ClaimLost."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
     op = load(tenant, workspace_id, operation_id)
-    if op.consent is None or op.consent.decision is not None or op.plan is None or op.target is None:
+    if op.consent is None or op.plan is None or op.target is None:
         raise ClaimLost(f"operation {operation_id} asks no consent (state {op.state})")
+    if op.state is OperationState.AWAITING_CONSENT and op.consent.decision is None:
+        return {"waiting": True, "replay": True}
+    if op.state is not OperationState.PLANNED or op.consent.decision is not None:
+        raise ClaimLost(f"operation {operation_id} is {op.state}, not planned and undecided")
+    if runner is not None and op.runner != runner:
+        raise ClaimLost(f"operation {operation_id} is run by another execution")
     now = clock.now()
-    if op.state is OperationState.AWAITING_CONSENT:
-        consent.refresh_consent_token(op, _wait(op, task_token, op.consent.requested_at or now))
-        return {"waiting": True, "refreshed": True}
-    if op.state is not OperationState.PLANNED:
-        raise ClaimLost(f"operation {operation_id} is {op.state}, not planned")
-    wait = _wait(op, task_token, now)
+    wait = _wait(op, now)
     waiting = op.model_copy(
         update={
             "state": OperationState.AWAITING_CONSENT,
@@ -48,13 +51,12 @@ def await_consent(tenant: str, workspace_id: str, operation_id: str, task_token:
     return {"waiting": True}
 
 
-def _wait(op: Operation, task_token: str, since: int) -> ConsentWait:
+def _wait(op: Operation, since: int) -> ConsentWait:
     if op.consent is None or op.target is None:
         raise ClaimLost(f"operation {op.operation_id} asks no consent")
     return ConsentWait(
         operation_id=op.operation_id,
         installation_id=op.installation_id,
-        task_token=task_token,
         plan_digest=op.consent.plan_digest,
         package=op.target.package,
         version=op.target.version,

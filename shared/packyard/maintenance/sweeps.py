@@ -14,10 +14,11 @@ never silently dropped. The first page of shard 0 of each kind also reports how 
   past that → rejected (reservation returned, staging deleted).
 - **Cleanup jobs** (``maintenance.jobs``): claimed, run, deleted; a failure is retried with backoff, then parked.
   An expired session whose staging objects could not be deleted gets a ``staging`` job.
-- **Operations** past their lease → the execution of their attempt is looked up (never guessed): running → left
-  alone (still working, or waiting for consent until its window ends); never started (admission died) → started;
-  ended without settling → settled as Settle would have: succeeded if its commit is in place, ``consent_expired`` if
-  it was waiting for consent, else ``unconfirmed``.
+- **Operations** past their lease: no execution runs them any more (every start renews the lease, which outlasts an
+  Express run; nothing is looked up). Admitted or planned → restarted (``restarts`` + 1, fenced; a new execution
+  replays what is recorded), up to ``MAX_RESTARTS``; committed → settled as Settle would (succeeded if its commit is
+  in place); waiting for consent past its deadline → settled ``consent_expired``; out of restarts → settled
+  ``unconfirmed interrupted``.
 - **Blobs**: reclaimed when nothing references them (``maintenance.reclaim``), else re-hashed at their next integrity
   check (``maintenance.scrub``). A page of blobs reads at most ``scrub_bytes_per_page`` bytes; past it the rest stays
   due (``deferred``) and the page's cursor points right after the last blob it acted on.
@@ -44,7 +45,8 @@ from packyard.store import catalog, due, workspace
 from packyard.store.due import DueKind
 
 PAGE_SIZE = 50
-RUNNING = "RUNNING"
+# new executions the sweep starts for one operation past its lease before it settles it unconfirmed interrupted
+MAX_RESTARTS = 2
 
 
 @dataclass
@@ -185,16 +187,15 @@ def _sweep_operation(item: dict[str, Any], now: int) -> str:
         return "gone"
     if op.state not in workspace.DUE_STATES or op.lease_until > now:
         return "not_due"
-    status = workflow.status(op)
-    if status == RUNNING:
-        return "running"
-    if status is None:
-        # admission recorded it and died before starting its workflow: start it now (idempotent by name)
-        workflow.start(op)
+    # past its lease no execution runs it: every start of one follows a write that renewed the lease, and the lease
+    # (15 min) outlasts an Express run (5 min). Nothing is looked up (Express has no DescribeExecution).
+    if op.state in (OperationState.ADMITTED, OperationState.PLANNED) and op.restarts < MAX_RESTARTS:
+        # admission died before starting it, or its run stopped (a crash, the 5-minute limit): a new run replays
+        # what is recorded
+        workflow.restart(op, now)
         return "started"
-    settlement.settle_task(
-        op.tenant, op.workspace, op.installation_id, op.operation_id, _ended_with(op, status), attempt=op.attempt
-    )
+    # committed (only Settle was left: the sweep runs it), waiting for consent past its deadline, or out of restarts
+    settlement.settle_task(op.tenant, op.workspace, op.installation_id, op.operation_id, _ended_with(op))
     return "settled"
 
 
@@ -221,10 +222,10 @@ _ACTIONS = {
 }
 
 
-def _ended_with(op: Operation, status: str) -> dict[str, Any] | None:
-    """What Settle is told about a workflow that ended without settling its operation."""
+def _ended_with(op: Operation) -> dict[str, Any] | None:
+    """What Settle is told about an operation no execution runs any more."""
     if op.state is OperationState.COMMITTED:
         return None  # its change landed: settle confirms the installation is the plan (else outcome_unknown)
     if op.state is OperationState.AWAITING_CONSENT:
         return {"Error": "States.Timeout", "Cause": "no decision within the consent window"}
-    return {"Error": "ExecutionEnded", "Cause": f"the workflow ended ({status}) before settling it"}
+    return {"Error": "ExecutionEnded", "Cause": f"no execution settled it after {op.restarts} restarts"}

@@ -31,7 +31,7 @@ from packyard.operations.models import Action, InstallRequest, Operation, Operat
 from packyard.operations.preconditions import check_idempotency_key, digest, operation_id_for, parse_if_match
 from packyard.operations.targets import checked_target
 from packyard.operations.timing import lease_until, retained_until
-from packyard.store import catalog, workflows, workspace
+from packyard.store import catalog, workspace
 from packyard.store.workspace import AdmissionView
 
 ADMISSION_ATTEMPTS = 4
@@ -100,8 +100,6 @@ def admit(
             retain_until=retained_until(now) if settled_here else None,
         )
         if conflict is None:
-            if superseding is not None and view.consent is not None:
-                _end_consent_wait(view.consent.task_token, superseding.operation_id, op.operation_id)
             if settled_here:
                 # nothing to change (uninstall of what is not installed): settled here, but still one per key
                 logger.info("operation settled at admission", extra={"note": op.note, "supersedes": op.supersedes})
@@ -114,12 +112,6 @@ def admit(
             return _replay(conflict.existing_operation, request_digest)
         # the slot or the installation moved between our read and our write: decide again on fresh state
     raise TransientStoreError("admission kept racing with other operations; retry with the same Idempotency-Key")
-
-
-def _end_consent_wait(task_token: str, superseded: str, by: str) -> None:
-    """A superseded operation that waited for consent: its workflow's wait is failed now rather than left to time
-    out (best effort; the token is already no longer honoured: its wait record is gone)."""
-    workflows.send_task_failure(task_token, "ConsentSuperseded", f"operation {superseded} was superseded by {by}")
 
 
 def _freed_slot(observed: Slot | None, superseding: Supersession | None, now: int) -> Slot | None:
@@ -182,13 +174,14 @@ def _replay(op: Operation, request_digest: str) -> Operation:
         )
     if op.state is OperationState.PENDING:
         return resume(op)
-    if op.in_flight:
-        if op.lease_until <= clock.now() and workflow.has_ended(op):
-            # its workflow ended without settling it (a lost Settle): the same key takes it over, as a new attempt
-            phase = OperationState.PLANNED if op.state is OperationState.AWAITING_CONSENT else op.state
-            return resume(op, phase)
-        # admission (or a resume) may have died between recording and starting: starting again is idempotent by
-        # execution name, and a finished execution of that name is not run twice
+    if op.in_flight and op.lease_until <= clock.now():
+        # past its lease no execution runs it (every start renews the lease, which outlasts an Express run): its
+        # workflow ended without settling it (a lost Settle), and the same key takes it over as a new attempt
+        phase = OperationState.PLANNED if op.state is OperationState.AWAITING_CONSENT else op.state
+        return resume(op, phase)
+    if op.state is OperationState.ADMITTED:
+        # admission (or a resume) may have died between recording and starting: starting again is harmless (a
+        # second run finds the operation claimed by the first and ends)
         workflow.start(op)
     return op
 
@@ -205,6 +198,7 @@ def resume(op: Operation, phase: OperationState | None = None) -> Operation:
             "state": resumed_state,
             "version": op.version + 1,
             "attempt": op.attempt + 1,
+            "runner": None,
             "lease_until": lease_until(now),
             "updated_at": now,
         }

@@ -176,6 +176,12 @@ class Operation(BaseModel):
     phase: str | None = None
     error_code: str | None = Field(default=None, alias="errorCode", max_length=120)
     attempt: int = 0
+    # the execution (its ``$$.Execution.Id``) that claimed the operation in its Plan step; cleared when a new one is
+    # to claim it (a resume, a decision, a sweep restart). Express does not deduplicate executions by name, so this
+    # claim, fenced on ``version``, is what makes one execution the operation's.
+    runner: str | None = Field(default=None, max_length=2048)
+    # how many times the stuck-operation sweep started a new execution for it (at most ``sweeps.MAX_RESTARTS``)
+    restarts: int = Field(default=0, ge=0)
     lease_until: int = Field(alias="leaseUntil")
     created_at: int = Field(alias="createdAt")
     updated_at: int = Field(alias="updatedAt")

@@ -10,7 +10,6 @@ import uuid
 from typing import Any
 
 from packyard import clock
-from packyard.config import limits
 from packyard.errors import ClaimLost, NeedsConsent, StaleAuthority
 from packyard.installations.grants import PermissionKey, needing_consent, next_grants
 from packyard.installations.models import Creation, Installation, InstallationStatus, plan_digest
@@ -134,20 +133,35 @@ def _instance_id(op: Operation) -> str:
 
 @tracer.capture_method(capture_response=False)
 def plan_task(
-    tenant: str, workspace_id: str, operation_id: str, release: tuple[str, str] | None = None
+    tenant: str,
+    workspace_id: str,
+    operation_id: str,
+    release: tuple[str, str] | None = None,
+    *,
+    runner: str | None = None,
+    attempt: int | None = None,
 ) -> dict[str, Any]:
-    """Record the plan once (and, for an owner-origin plan that widens grants, what it asks consent for). A re-run
-    returns the recorded plan; a different re-plan is stale authority. ``release``: the target of a rollback,
-    restore or promote, read here beside the operation and checked to be still published."""
+    """Claim the operation for the execution ``runner`` and record the plan once (and, for an owner-origin plan
+    that widens grants, what it asks consent for). A re-run returns the recorded plan; a different re-plan is stale
+    authority. ``release``: the target of a rollback, restore or promote, read here beside the operation and
+    checked to be still published. ``attempt``: the attempt the run was started for (None: not fenced).
+
+    The claim: an admitted operation is claimed by the write that records its plan (no extra write); a recorded
+    one (a resume, a decision, a sweep restart cleared its runner) by a fenced write of ``runner``. An operation
+    settled, deferred, waiting for a decision or held by another live runner is ClaimLost: this execution is a
+    duplicate (Express runs at least once) and ends without touching it; so is a run of an earlier attempt (a
+    deferred or taken-over operation resumed as a later one)."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
     op, target_release = workspace.read_operation_and_release(tenant, workspace_id, operation_id, release)
     if op is None:
         raise ClaimLost(f"operation {operation_id} does not exist")
+    now = clock.now()
+    if held_by_another(op, runner, now) or (attempt is not None and attempt != op.attempt):
+        raise ClaimLost(f"operation {operation_id} is run by another execution")
     if op.state in (OperationState.PLANNED, OperationState.COMMITTED) and op.plan is not None:
-        return _planned_output(op)
+        return _planned_output(claimed(op, runner, now))
     if op.state is not OperationState.ADMITTED:
         raise ClaimLost(f"operation {operation_id} is {op.state}, not admitted")
-    now = clock.now()
     op = checked_target(op, target_release)
     if op.target is not None and op.kind not in (OperationKind.UNINSTALL, OperationKind.ARCHIVE):
         # the stored manifest of what will become active is checked before the plan is fixed: one altered in
@@ -161,6 +175,7 @@ def plan_task(
             "state": OperationState.PLANNED,
             "version": op.version + 1,
             "plan": plan,
+            "runner": runner,
             "lease_until": lease_until(now),
             "updated_at": now,
         }
@@ -180,15 +195,38 @@ def plan_task(
     return _planned_output(planned)
 
 
+def held_by_another(op: Operation, runner: str | None, now: int) -> bool:
+    """Whether an execution other than ``runner`` holds the operation: a live claim of another runner (its lease
+    not over), or nothing left to run (settled, deferred, or waiting for an owner's decision)."""
+    if op.state in (OperationState.SETTLED, OperationState.PENDING, OperationState.AWAITING_CONSENT):
+        return True
+    return op.runner is not None and op.runner != runner and op.lease_until > now
+
+
+def claimed(op: Operation, runner: str | None, now: int) -> Operation:
+    """A recorded operation claimed by ``runner`` (a fenced write of the runner, the lease renewed); already its
+    runner's, it is as it is. A concurrent claim makes this one ClaimLost."""
+    if op.runner == runner:
+        return op
+    claim = op.model_copy(
+        update={"runner": runner, "version": op.version + 1, "lease_until": lease_until(now), "updated_at": now}
+    )
+    workspace.transition(op, claim, slot_lease=claim.lease_until)
+    logger.info("operation claimed", extra={"state": str(op.state), "attempt": op.attempt})
+    return claim
+
+
 def _planned_output(op: Operation) -> dict[str, Any]:
-    """What the Plan state hands on: the version the plan was recorded at and whether the workflow must wait for
-    consent first (and for how long at most). Not the plan: it is on the operation item, where Commit reads it, and
-    in the execution's state it would grow with the grants and config toward Step Functions' 256 KiB payload."""
-    waits = op.consent is not None and op.consent.decision is None
-    output: dict[str, Any] = {"version": op.version, "needsConsent": waits}
-    if waits:
-        output["consentWindowSeconds"] = limits().consent_window_seconds
-    return output
+    """What the Plan state hands on: the version the plan was recorded (or claimed) at, whether the workflow must
+    record a wait for consent first, and whether its owner rejected it (then it settles refused). Not the plan: it
+    is on the operation item, where Commit reads it, and in the execution's state it would grow with the grants and
+    config toward Step Functions' 256 KiB payload."""
+    decision = op.consent.decision if op.consent is not None else None
+    return {
+        "version": op.version,
+        "needsConsent": op.consent is not None and decision is None,
+        "rejected": decision == "reject",
+    }
 
 
 def load(tenant: str, workspace_id: str, operation_id: str) -> Operation:

@@ -60,11 +60,14 @@ def settle_task(
     error: dict[str, Any] | None,
     *,
     attempt: int | None = None,
+    runner: str | None = None,
 ) -> dict[str, Any]:
     """Write the terminal outcome (or defer to pending on a transient failure) and free the slot. ``attempt`` is the
     attempt the calling execution runs: once the operation was resumed as a later one, an earlier attempt's Settle
     (Step Functions retrying one that died after deferring) leaves it alone. None (an execution started before
-    inputs carried the attempt): not fenced."""
+    inputs carried the attempt): not fenced. ``runner`` is the calling execution: once another execution claimed
+    the operation, this one's Settle (a duplicate run's, Express runs at least once) leaves it alone. None (the
+    sweep settling it directly): not fenced."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
     op, slot = workspace.read_operation_and_slot(tenant, workspace_id, installation_id, operation_id)
     if op is None:
@@ -76,6 +79,9 @@ def settle_task(
     if attempt is not None and attempt != op.attempt:
         logger.info("settle of an earlier attempt ignored", extra={"attempt": attempt, "current": op.attempt})
         return {"settled": False, "reason": "attempt_superseded", "attempt": op.attempt}
+    if runner is not None and op.runner is not None and op.runner != runner:
+        logger.info("settle of another execution's operation ignored")
+        return {"settled": False, "reason": "claim_lost"}
     if op.state is OperationState.PENDING:
         # an earlier attempt of this settle already deferred it: deferring again would lose the phase it stopped in
         return {"settled": False, "pending": True, "phase": op.phase, "errorCode": op.error_code}
@@ -108,7 +114,8 @@ def settle_task(
 
 def consent_outcome(op: Operation, error_type: str) -> Outcome | None:
     """How an operation that asked consent ends, whatever error reached Settle: rejected by its owner, or not
-    decided within the consent window (its wait timed out). None: consent does not decide this outcome."""
+    decided within the consent window (the sweep found its wait past the deadline: it tells this as
+    ``States.Timeout``). None: consent does not decide this outcome."""
     if op.consent is not None and op.consent.decision == "reject":
         by = f" by {op.consent.decided_by}" if op.consent.decided_by else ""
         return _refused(ConsentRejected, f"the plan was rejected{by}")
@@ -167,7 +174,7 @@ def deferral_code(error_type: str) -> str:
 def _defer(op: Operation, error_type: str, now: int) -> dict[str, Any]:
     """Park the operation as pending (its slot says so, so another request may supersede it); a retry with the
     same key resumes it in the phase it stopped in."""
-    # a wait for consent resumes by planning again: the recorded plan asks consent again, with a new task token
+    # a wait for consent resumes by planning again: the recorded plan asks consent again (a new wait is recorded)
     phase = OperationState.PLANNED if op.state is OperationState.AWAITING_CONSENT else op.state
     deferred = op.model_copy(
         update={

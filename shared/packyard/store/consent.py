@@ -1,6 +1,6 @@
 """DynamoDB items of consent: the consent wait of an installation's operation and the approvals recorded.
 
-    consent wait   pk TENANT#<t>#WS#<ws>   sk CONSENT#<installationId>  (an operation awaiting approval; task token)
+    consent wait   pk TENANT#<t>#WS#<ws>   sk CONSENT#<installationId>  (an operation awaiting approval)
     approval       pk TENANT#<t>#WS#<ws>   sk APPROVAL#<approvalId>     (one decision per Idempotency-Key)
 
 Both live in the workspace's partition, beside the operation they belong to, so a decision is one transaction.
@@ -23,15 +23,14 @@ from packyard.store.workspace import (
     consent_key,
     installation_key,
     operation_item,
-    operation_key,
     operation_put,
     slot_renewal,
 )
 
 
 def await_consent(op: Operation, waiting: Operation, wait: ConsentWait) -> Operation:
-    """planned → awaiting_consent (fenced by version), the consent wait recorded (or its token refreshed by a retry
-    of the same operation), and the slot's lease extended to the consent deadline."""
+    """planned → awaiting_consent (fenced by version), the consent wait recorded (replacing only one of the same
+    operation's), and the slot's lease extended to the consent deadline."""
     pk, sk = consent_key(op.tenant, op.workspace, op.installation_id)
     items = [
         operation_put(waiting, new=False, expected_version=op.version),
@@ -50,38 +49,6 @@ def await_consent(op: Operation, waiting: Operation, wait: ConsentWait) -> Opera
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} lost its claim before awaiting consent") from cancelled
     return waiting
-
-
-def refresh_consent_token(op: Operation, wait: ConsentWait) -> None:
-    """A retried consent task got a new task token: the wait now names it (only while this operation waits)."""
-    pk, sk = consent_key(op.tenant, op.workspace, op.installation_id)
-    items = [
-        {
-            "Put": {
-                "TableName": table_name(),
-                "Item": to_item(pk, sk, wait),
-                "ConditionExpression": "operationId = :op",
-                "ExpressionAttributeValues": marshal({":op": op.operation_id}),
-            }
-        },
-        _operation_is(op),
-    ]
-    try:
-        transact(items, step="consent.refresh_token")
-    except TransactionCancelled as cancelled:
-        raise ClaimLost(f"operation {op.operation_id} no longer awaits consent") from cancelled
-
-
-def _operation_is(op: Operation) -> dict[str, Any]:
-    pk, sk = operation_key(op.tenant, op.workspace, op.operation_id)
-    return {
-        "ConditionCheck": {
-            "TableName": table_name(),
-            "Key": key(pk, sk),
-            "ConditionExpression": "version = :v",
-            "ExpressionAttributeValues": marshal({":v": op.version}),
-        }
-    }
 
 
 def read_for_decision(

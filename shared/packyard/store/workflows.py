@@ -1,5 +1,6 @@
-"""Step Functions: start executions whose name is the id of the thing they work on, so a repeat is harmless; and
-resume (or fail) an execution that waits on a task token."""
+"""Step Functions: start executions named after the thing they work on. The workflows are Express: a start is never
+deduplicated by name (every call is a new run) and no run can be looked up, so the domain fences every run on its
+own records instead (see ``operations.workflow``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from packyard.store.aws import client, error_code, translate
 
 
 def execution_arn(state_machine_arn: str, name: str) -> str:
-    """The ARN an execution named ``name`` has (or will have): known before it starts."""
+    """The standard-form ARN of the runs named ``name`` (known before any starts; an Express run's own ARN is
+    ``…:express:<machine>:<name>:<uuid>``)."""
     prefix, _, machine = state_machine_arn.partition(":stateMachine:")
     return f"{prefix}:execution:{machine}:{name}"
 
 
 def start(state_machine_arn: str, name: str, payload: dict[str, Any]) -> str:
-    """StartExecution is idempotent for the same name and input; a finished one with that name already ran."""
+    """Start a run named ``name`` (an Express machine starts a new one on every call; a Standard one would answer
+    ExecutionAlreadyExists for a name it ran, read here as the run it is)."""
     try:
         response = client("stepfunctions").start_execution(
             stateMachineArn=state_machine_arn, name=name, input=json.dumps(payload, sort_keys=True)
@@ -26,32 +29,6 @@ def start(state_machine_arn: str, name: str, payload: dict[str, Any]) -> str:
             return execution_arn(state_machine_arn, name)
         raise translate(exc, "Step Functions") from exc
     return str(response["executionArn"])
-
-
-# a task token that no longer waits: the execution moved on, timed out or ended
-SPENT_TOKEN_CODES = frozenset({"InvalidToken", "TaskTimedOut", "TaskDoesNotExist"})
-
-
-def send_task_success(task_token: str, output: dict[str, Any]) -> bool:
-    """Resume the execution waiting on ``task_token``; False when nothing waits on it any more."""
-    try:
-        client("stepfunctions").send_task_success(taskToken=task_token, output=json.dumps(output, sort_keys=True))
-    except Exception as exc:
-        if error_code(exc) in SPENT_TOKEN_CODES:
-            return False
-        raise translate(exc, "Step Functions") from exc
-    return True
-
-
-def send_task_failure(task_token: str, error: str, cause: str) -> bool:
-    """Fail the task waiting on ``task_token`` with ``error`` (its Catch routes on it); False when nothing waits."""
-    try:
-        client("stepfunctions").send_task_failure(taskToken=task_token, error=error, cause=cause[:32768])
-    except Exception as exc:
-        if error_code(exc) in SPENT_TOKEN_CODES:
-            return False
-        raise translate(exc, "Step Functions") from exc
-    return True
 
 
 def execution_status(execution: str) -> str | None:
