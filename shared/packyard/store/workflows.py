@@ -29,27 +29,3 @@ def start(state_machine_arn: str, name: str, payload: dict[str, Any]) -> str:
             return execution_arn(state_machine_arn, name)
         raise translate(exc, "Step Functions") from exc
     return str(response["executionArn"])
-
-
-def execution_status(execution: str) -> str | None:
-    """RUNNING, SUCCEEDED, FAILED, TIMED_OUT or ABORTED; None when no execution of that ARN was ever started."""
-    try:
-        response = client("stepfunctions").describe_execution(executionArn=execution)
-    except Exception as exc:
-        if error_code(exc) == "ExecutionDoesNotExist":
-            return None
-        raise translate(exc, "Step Functions") from exc
-    return str(response["status"])
-
-
-def execution_outcome(execution: str) -> tuple[str | None, str | None]:
-    """(status, error) of an execution: the error is the name it failed with (None unless FAILED); (None, None) when
-    no execution of that ARN was ever started."""
-    try:
-        response = client("stepfunctions").describe_execution(executionArn=execution)
-    except Exception as exc:
-        if error_code(exc) == "ExecutionDoesNotExist":
-            return None, None
-        raise translate(exc, "Step Functions") from exc
-    error = response.get("error")
-    return str(response["status"]), str(error) if error is not None else None
