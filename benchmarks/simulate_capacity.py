@@ -245,7 +245,10 @@ def measure() -> dict[str, dict[str, Any]]:
             before = {run.arn for run in devstack.express_runs()}
             execution_arn = action()
             flow = Flow(name)
-            if isinstance(execution_arn, dict) and not express.is_express_arn(execution_arn["arn"]):
+            if isinstance(execution_arn, dict) and not (
+                express.is_express_arn(execution_arn["arn"])
+                or express.is_express_machine(execution_arn["arn"].split(":")[6])
+            ):
                 history = sfn.get_execution_history(executionArn=execution_arn["arn"], maxResults=1000)["events"]
                 flow.executions = 1
                 flow.transitions = sum(1 for event in history if event["type"].endswith("StateEntered"))
