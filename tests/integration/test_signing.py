@@ -162,6 +162,27 @@ def test_a_key_certified_within_the_hour_keeps_signing_and_a_new_one_follows(acm
         assert certificate.issuer == stack.aliases["ReleaseSigningKeyAlias"]
 
 
+def test_an_alias_moving_while_a_key_is_certified_certifies_under_the_key_it_names_now(
+    acme, stack, monkeypatch
+) -> None:
+    """GetPublicKey read the old key, then the alias moved before Sign: the certificate would name a key that did
+    not sign it, so certifying starts over under the key the alias names now."""
+    kms = boto3.client("kms", region_name=stack.region)
+    old = signing_store.current_public_key()
+    new_key = kms.create_key(KeySpec="ECC_NIST_P256", KeyUsage="SIGN_VERIFY")["KeyMetadata"]["Arn"]
+    kms.update_alias(AliasName=stack.aliases["ReleaseSigningKeyAlias"], TargetKeyId=new_key)
+    reads = iter([old])
+    real = signing_store.current_public_key
+    monkeypatch.setattr(signing_store, "current_public_key", lambda: next(reads, None) or real())
+
+    _published(acme, "hello", "1.0.0", b"# hello\n")
+
+    new_kid = attestation.public_jwk(kms.get_public_key(KeyId=new_key)["PublicKey"])["kid"]
+    verified = attestations.verify_envelope(_envelope(acme, "hello", "1.0.0"), _key_set(acme))
+    assert verified.kid == new_kid != attestation.public_jwk(old[1])["kid"]
+    assert [k["kid"] for k in acme.get("/v1/signing-keys").body["keys"]] == [new_kid]
+
+
 class _Calls:
     """AWS calls the process's own clients make (botocore's before-call event), by service and operation."""
 
