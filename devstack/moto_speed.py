@@ -44,6 +44,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Any
 
+from moto.core import parse as moto_parse
 from moto.core import serialize as moto_serialize
 from moto.core.models import botocore_stubber
 from moto.settings import moto_server_port
@@ -112,6 +113,61 @@ class DynamoJSONSerializer(moto_serialize.JSONSerializer):
         wrapper: dict[str, Any] = {}  # not a plain dict: moto's generic way
         moto_serialize.JSONSerializer._serialize_type_structure(self, wrapper, value, shape, "value")
         return wrapper.get("value")
+
+
+_ATTRIBUTE_VALUE_MEMBERS = frozenset({"S", "N", "B", "SS", "NS", "BS", "M", "L", "NULL", "BOOL"})
+
+
+class DynamoJSONParser(moto_parse.JSONParser):
+    """moto's JSON request parser, with DynamoDB's ``AttributeValue`` read from its one key (moto walks the ten
+    members of the shape for each attribute of each item, nested maps and lists again: 5% of the stack's CPU under
+    load). Same result as moto's: the member's value parsed by its type (blobs base64-decoded, lists and maps item
+    by item), nothing for a key the shape does not have or a null; anything else goes the generic way."""
+
+    def _parse_structure(self, shape: Any, value: Any) -> Any:
+        if not (isinstance(value, dict) and len(value) == 1 and _is_attribute_value(shape)):
+            return super()._parse_structure(shape, value)  # type: ignore[no-untyped-call]
+        parsed = self.MAP_TYPE()
+        ((name, raw),) = value.items()
+        if raw is not None and name in shape.members:
+            parsed[name] = self._attribute_member(name, raw, shape)
+        return parsed
+
+    def _attribute_member(self, name: str, raw: Any, shape: Any) -> Any:
+        if name in _STRINGS or name in _FLAGS:
+            return raw  # strings and booleans: moto's JSON parser keeps them as they came
+        if name == "B":
+            return self._blob_parser(raw)
+        if name in _STRING_SETS:
+            return list(raw)  # iterated as moto's _parse_list iterates it
+        if name == "BS":
+            return [self._blob_parser(item) for item in raw]
+        if name == "M":
+            parsed = self.MAP_TYPE()
+            value_shape = shape.members["M"].value
+            for key, item in raw.items():
+                parsed[key] = self._parse_structure(value_shape, item)
+            return parsed
+        member_shape = shape.members["L"].member
+        return [self._parse_structure(member_shape, item) for item in raw]
+
+
+def _is_attribute_value(shape: Any) -> bool:
+    return bool(
+        shape.name == "AttributeValue"
+        and not shape.is_document_type
+        and frozenset(shape.members) == _ATTRIBUTE_VALUE_MEMBERS
+        and all("name" not in member.serialization for member in shape.members.values())
+    )
+
+
+def _install_parser() -> None:
+    _installed["parser"] = moto_parse.PROTOCOL_PARSERS["json"]
+    moto_parse.PROTOCOL_PARSERS["json"] = DynamoJSONParser  # moto's responses read this dict at every request
+
+
+def _uninstall_parser() -> None:
+    moto_parse.PROTOCOL_PARSERS["json"] = _installed.pop("parser")
 
 
 def _install_serializer() -> None:
@@ -318,6 +374,7 @@ def install() -> None:
     if _installed:
         return
     _install_serializer()
+    _install_parser()
     _install_parse_cache()
     _install_shared_clients()
     _install_static_lookups()
@@ -331,4 +388,5 @@ def uninstall() -> None:
     _uninstall_static_lookups()
     _uninstall_shared_clients()
     _uninstall_parse_cache()
+    _uninstall_parser()
     _uninstall_serializer()
