@@ -37,7 +37,6 @@ TENANT = "t-sample"
 WORKSPACE = "ws-sample"
 UPLOAD_ID = "0123456789abcdef0123456789abcdef"
 UPLOAD_TOKEN = "5a3c0e1d2b4f69788796a5b4c3d2e1f0"
-TASK_TOKEN = "sample-task-token"
 INSTALL_KEY = "sample-install-1"
 CONSENT_KEY = "sample-consent-1"
 PACKAGE = "hello-skill"
@@ -190,7 +189,7 @@ def seed(stack: Any, until: str) -> dict[str, Any]:
         if until == "committed":
             made["commit"] = run("CommitFunction", {**task, "plan": made["plan"]})
         if until == "consent":
-            made["consent"] = run("ConsentFunction", {**task, "taskToken": TASK_TOKEN})
+            made["consent"] = run("ConsentFunction", task)
     return made
 
 
@@ -203,16 +202,14 @@ def upload_task(**extra: Any) -> dict[str, Any]:
 
 
 def operation_task(operation_id: str, consent: bool = False, **extra: Any) -> dict[str, Any]:
-    """A task's state input: the execution's input (the attempt included) plus what earlier states added; the
-    AwaitConsent state's Payload (``taskToken`` in ``extra``) names the operation only."""
+    """A task's state input: the execution's input (the attempt included) plus what earlier states added."""
     task: dict[str, Any] = {
         "tenant": TENANT,
         "workspace": WORKSPACE,
         "installationId": installation_for(consent),
         "operationId": operation_id,
+        "attempt": 0,
     }
-    if "taskToken" not in extra:
-        task["attempt"] = 0
     return {**task, **extra}
 
 
@@ -296,7 +293,7 @@ def sample_events(made: dict[str, dict[str, Any]]) -> dict[str, Any]:
             }
         ),
         "sfn_plan.json": operation_task(made["admitted"]["operationId"]),
-        "sfn_consent.json": operation_task(made["consent"]["operationId"], True, taskToken=TASK_TOKEN),
+        "sfn_consent.json": operation_task(made["consent"]["operationId"], True),
         "sfn_commit.json": operation_task(made["planned"]["operationId"], plan=made["planned"]["plan"]),
         "sfn_settle.json": operation_task(made["committed"]["operationId"]),
         # one Map item of the maintenance state machine: the upload shards' first page, as if two hours later
