@@ -6,6 +6,7 @@ makes its release ``unavailable`` at once, with the scrub's own marking (install
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -15,6 +16,7 @@ import pytest
 from devstack import lambdas
 from devstack.caller import Caller
 from packyard.maintenance import scrub
+from packyard.publishing import verification
 from packyard.store import workflows
 from packyard_cli.build import build_from_files
 from tests.support.callers import release_items, used_bytes
@@ -101,13 +103,15 @@ def test_given_a_staged_manifest_altered_between_verify_and_publish_then_publish
     stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(workflows, "start", lambda arn, name, payload: name)  # the test plays the state machine
+    # a manifest too large to ride in Verify's answer (every manifest, here): Publish reads the staged object again
+    monkeypatch.setattr(verification, "MANIFEST_CARRIED_MAX_BYTES", 0)
     built = build_from_files({"SKILL.md": b"honest\n"})
     session = acme.request_upload("hello", "1.0.0", built).body
     acme.put_archive(session, built.archive)
     assert acme.post(f"/v1/uploads/{session['uploadId']}/complete").status == 202
     event = {"tenant": "t-acme", "uploadId": session["uploadId"], "token": _upload_token(stack, session["uploadId"])}
     event["verify"] = lambdas.invoke_handler(stack.functions["VerifyFunction"], event)
-    assert event["verify"]["verdict"] == "accepted"
+    assert event["verify"]["verdict"] == "accepted" and "manifest" not in event["verify"]
     staged = f"uploads/t-acme/{session['uploadId']}/{event['token']}/manifest.json"
     original = _s3(stack).get_object(Bucket=stack.bucket_name, Key=staged)["Body"].read()
     _s3(stack).put_object(Bucket=stack.bucket_name, Key=staged, Body=_widened(original))
@@ -123,6 +127,55 @@ def test_given_a_staged_manifest_altered_between_verify_and_publish_then_publish
     assert release_items(stack, "t-acme") == []
     assert used_bytes(stack, "t-acme") == 0
     assert not [k for k in _keys(stack, "blobs/t-acme/") if k.endswith(built.manifest_digest)]
+
+
+def test_given_a_staged_manifest_altered_after_verify_carried_it_then_publish_writes_the_verified_manifest(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small manifest rides in Verify's answer (publishing.verification.carried_manifest), so Publish does not read
+    the staged object again: whatever happened to it since, the manifest blob and the release are the declared
+    manifest, re-hashed against the session's digest before they are written."""
+    monkeypatch.setattr(workflows, "start", lambda arn, name, payload: name)  # the test plays the state machine
+    built = build_from_files({"SKILL.md": b"honest\n"})
+    session = acme.request_upload("hello", "1.0.0", built).body
+    acme.put_archive(session, built.archive)
+    assert acme.post(f"/v1/uploads/{session['uploadId']}/complete").status == 202
+    event = {"tenant": "t-acme", "uploadId": session["uploadId"], "token": _upload_token(stack, session["uploadId"])}
+    event["verify"] = lambdas.invoke_handler(stack.functions["VerifyFunction"], event)
+    staged = f"uploads/t-acme/{session['uploadId']}/{event['token']}/manifest.json"
+    original = _s3(stack).get_object(Bucket=stack.bucket_name, Key=staged)["Body"].read()
+    assert event["verify"]["manifest"].encode() == original
+    _s3(stack).put_object(Bucket=stack.bucket_name, Key=staged, Body=_widened(original))
+
+    lambdas.invoke_handler(stack.functions["PublishFunction"], event)
+
+    digest = hashlib.sha256(original).hexdigest()
+    blob = f"blobs/t-acme/sha256/{digest}"
+    assert _s3(stack).get_object(Bucket=stack.bucket_name, Key=blob)["Body"].read() == original
+    release = acme.get("/v1/packages/hello/versions/1.0.0").body
+    assert release["manifestDigest"] == digest and WIDENED not in release["permissions"]
+
+
+def test_given_a_carried_manifest_that_is_not_the_sessions_then_publish_reads_the_staged_one(
+    stack, acme: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Verify's answer is re-hashed too: a carried manifest that is not the declared one is not used (the staged
+    object, checked the same way, is)."""
+    monkeypatch.setattr(workflows, "start", lambda arn, name, payload: name)
+    built = build_from_files({"SKILL.md": b"honest\n"})
+    session = acme.request_upload("hello", "1.0.0", built).body
+    acme.put_archive(session, built.archive)
+    assert acme.post(f"/v1/uploads/{session['uploadId']}/complete").status == 202
+    event = {"tenant": "t-acme", "uploadId": session["uploadId"], "token": _upload_token(stack, session["uploadId"])}
+    event["verify"] = lambdas.invoke_handler(stack.functions["VerifyFunction"], event)
+    declared = event["verify"]["manifest"].encode()
+    event["verify"]["manifest"] = _widened(declared).decode()
+
+    lambdas.invoke_handler(stack.functions["PublishFunction"], event)
+
+    release = acme.get("/v1/packages/hello/versions/1.0.0").body
+    assert release["manifestDigest"] == hashlib.sha256(declared).hexdigest()
+    assert WIDENED not in release["permissions"]
 
 
 def _keys(stack, prefix: str) -> list[str]:

@@ -47,7 +47,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
         raise VersionExists(f"{upload.package}@{upload.version} was published with different content meanwhile")
     manifest = manifest_bytes = None
     if existing is None or heals(existing, upload):
-        manifest_bytes = _manifest_bytes(upload)
+        manifest_bytes = _manifest_bytes(upload, verified)
         manifest = parse_manifest(manifest_bytes, limits())
 
     attested: Attested | None = None
@@ -77,6 +77,7 @@ def publish(tenant: str, upload_id: str, token: str, verified: dict[str, Any]) -
             (manifest_bytes, manifest),
             {*new_blobs, *(k.sha256 for k in known_blobs if k.orphan)},
             replace=replaced,
+            unrecorded=set(new_blobs),
         )
         now = clock.now()
         if existing is not None:
@@ -197,9 +198,13 @@ def _blob_records(upload: Upload) -> tuple[dict[str, int], list[BlobRecord], boo
     return new, list(found.values()), any(record.reclaiming is not None for record in found.values())
 
 
-def _manifest_bytes(upload: Upload) -> bytes:
-    """The canonical manifest: staged by the session, or (a previous attempt published the blob and lost the staging
-    object since) the blob."""
+def _manifest_bytes(upload: Upload, verified: dict[str, Any]) -> bytes:
+    """The canonical manifest: the one Verify read and carried here (small manifests), else as staged by the
+    session, or (a previous attempt published the blob and lost the staging object since) the blob. Whichever it is,
+    it is hashed against the session's ``manifestDigest`` before anything is written from it."""
+    carried = verified.get("manifest")
+    if isinstance(carried, str) and staged_manifest_matches(upload, carried.encode("utf-8")):
+        return carried.encode("utf-8")
     staged = blobs.read_bytes(
         blobs.staged_manifest_key(upload.tenant, upload.upload_id, upload.token), at_most=upload.manifest_size
     )
@@ -221,6 +226,7 @@ def _store_blobs(
     wanted: set[str],
     *,
     replace: set[str],
+    unrecorded: set[str],
 ) -> None:
     """Content-addressed objects for the ``wanted`` blobs (records absent or orphan): the manifest, and the archive
     copied from staging (an upload that reused a stored archive cannot bring it back once reclaimed), then the
@@ -228,7 +234,13 @@ def _store_blobs(
     missing or corrupt, or of a release being healed) are written over whatever is stored, their pack too: the
     bytes written are the ones verified (the manifest re-hashed, the archive an ETag-pinned, checksummed copy, the
     pack's files re-hashed against the manifest), so a crash between two writes leaves each object either as it
-    was or right, and the retry writes what is missing."""
+    was or right, and the retry writes what is missing.
+
+    An archive in ``unrecorded`` (its record was read absent, the common case of new content) is copied and packed
+    without asking S3 first whether the objects are there (a HEAD each): only an earlier attempt of this publish, or
+    a concurrent one of the same archive, could have written them, with the same bytes, so writing them again is
+    harmless and costs a copy only on such a retry. An orphan's objects (a publish wrote them and lost its release)
+    are likely there: asked for, as before."""
     tenant = upload.tenant
     manifest_bytes, parsed = manifest
     if upload.manifest_digest in replace:
@@ -241,7 +253,8 @@ def _store_blobs(
         return
     target = blobs.blob_key(tenant, upload.archive_sha256)
     replacing = upload.archive_sha256 in replace
-    if replacing or blobs.head(target) is None:
+    unasked = upload.archive_sha256 in unrecorded and upload.source is ArchiveSource.UPLOAD
+    if replacing or unasked or blobs.head(target) is None:
         if upload.source is not ArchiveSource.UPLOAD:
             raise ArchiveRejected(
                 ArchiveRejectCode.MISSING_FILE,
@@ -249,4 +262,4 @@ def _store_blobs(
             )
         staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
         blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)
-    file_pack.write_file_pack(tenant, upload.archive_sha256, parsed, replace=replacing)
+    file_pack.write_file_pack(tenant, upload.archive_sha256, parsed, replace=replacing or unasked)

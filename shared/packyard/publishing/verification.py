@@ -65,7 +65,23 @@ def verify(tenant: str, upload_id: str, token: str) -> dict[str, Any]:
         "archiveEtag": opened.etag,
         "unpackedSize": verified.unpacked_size,
         "fileCount": verified.file_count,
+        **carried_manifest(raw_manifest),
     }
+
+
+MANIFEST_CARRIED_MAX_BYTES = 32 * 1024
+"""A verified manifest up to this size rides in the task's answer to Publish (Step Functions carries 256 KB of state),
+which then need not read the staged object a second time; Publish re-hashes it against the session's digest."""
+
+
+def carried_manifest(raw: bytes) -> dict[str, str]:
+    """``{"manifest": <its text>}`` for a small manifest (canonical JSON: UTF-8 text), else nothing."""
+    if len(raw) > MANIFEST_CARRIED_MAX_BYTES:
+        return {}
+    try:
+        return {"manifest": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {}
 
 
 STAGED_MANIFEST_ALTERED = "the staged manifest's sha256 differs from the session's manifestDigest"
