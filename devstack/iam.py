@@ -125,6 +125,9 @@ def needs_of(call: AwsCall, region: str, account: str) -> list[Need]:
     if call.service == "kms" and call.operation in ("Sign", "GetPublicKey"):
         # authorized against the key, whatever names it: an alias is resolved to its key (the answer's KeyId)
         answered = str(call.outcome.get("keyArn", ""))
+        if answered and not answered.startswith(("arn:", "alias/")):
+            # moto's GetPublicKey answers the key id where AWS answers the key ARN: the same key
+            answered = f"arn:aws:kms:{region}:{account}:key/{answered}"
         return [Need(f"kms:{call.operation}", answered if answered.startswith("arn:") else str(params["KeyId"]))]
     if call.service == "events" and call.operation == "PutEvents":
         # authorized against each entry's bus (a name is the account's bus of that name in the region)
