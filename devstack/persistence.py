@@ -39,6 +39,7 @@ the process dies (``os._exit``), deterministically.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import datetime
 import fcntl
@@ -381,7 +382,7 @@ def _restore_items(world: World, region: str, account: str) -> None:
             continue  # a table the template no longer has
         table = backend.get_table(table_name)
         for item in items.values():
-            table.put_item(item)
+            table.put_item(_moto_image(item))
 
 
 def _restore_objects(world: World, bodies: Path, account: str) -> None:
@@ -566,8 +567,42 @@ def _item_images(backend: Any, touched: dict[tuple[str, str], dict[str, Any]]) -
         hash_value = DynamoType(key[table.hash_key_attr])
         range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
         item = table.get_item(hash_value, range_value)
-        tables.setdefault(table_name, []).append([key_json, item.to_json()["Attributes"] if item else None])
+        tables.setdefault(table_name, []).append(
+            [key_json, _json_image(item.to_json()["Attributes"]) if item else None]
+        )
     return tables
+
+
+def _json_image(attributes: dict[str, Any]) -> dict[str, Any]:
+    """An item's image as JSON can hold it: binary values (``B``, ``BS``, at any depth: moto's ``Item.to_json``
+    hands them over as bytes) in base64, as DynamoDB's own JSON carries them."""
+    return {name: _binary_value(value, _to_base64) for name, value in attributes.items()}
+
+
+def _moto_image(attributes: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_json_image`: binary values back to bytes, as moto holds a written one."""
+    return {name: _binary_value(value, _from_base64) for name, value in attributes.items()}
+
+
+def _binary_value(value: dict[str, Any], convert: Callable[[Any], Any]) -> dict[str, Any]:
+    ((kind, inner),) = value.items()
+    if kind == "B":
+        return {"B": convert(inner)}
+    if kind == "BS":
+        return {"BS": [convert(member) for member in inner]}
+    if kind == "M":
+        return {"M": {name: _binary_value(member, convert) for name, member in inner.items()}}
+    if kind == "L":
+        return {"L": [_binary_value(member, convert) for member in inner]}
+    return value
+
+
+def _to_base64(value: Any) -> Any:
+    return base64.b64encode(value).decode("ascii") if isinstance(value, bytes | bytearray) else value
+
+
+def _from_base64(value: Any) -> Any:
+    return base64.b64decode(value) if isinstance(value, str) else value
 
 
 def _touch_item(

@@ -195,3 +195,30 @@ def test_the_journal_holds_what_the_table_holds_after_writes_a_transaction_and_r
         ]
     )
     assert os.path.getsize(data.path / JOURNAL) == read_journal(data.path / JOURNAL)[1]
+
+
+def test_binary_attributes_are_journaled_as_base64_and_restored_as_the_bytes_written(
+    journaled: tuple[devstack.Stack, DataDir],
+) -> None:
+    from devstack import persistence
+
+    stack, data = journaled
+    ddb = boto3.client("dynamodb")
+    item = {
+        "pk": {"S": "B"},
+        "sk": {"S": "b"},
+        "packed": {"B": b"\x01\x00\xffpacked"},  # what store.workspace writes: an operation's packed fields
+        "set": {"BS": [b"\x00", b"\x01\x02"]},
+        "nested": {"M": {"inner": {"B": b"\xfe"}, "list": {"L": [{"B": b"\x03"}, {"S": "s"}]}}},
+    }
+    ddb.put_item(TableName=stack.table_name, Item=item)
+
+    (journaled_item,) = [v for v in _journaled_items(data).values() if v["pk"] == {"S": "B"}]
+    assert journaled_item["packed"] == {"B": "AQD/cGFja2Vk"}  # base64 of the bytes, as DynamoDB's JSON has them
+
+    world = fold([record for record in _synced(data) if record["k"] == "ddb"])
+    ddb.delete_item(TableName=stack.table_name, Key={"pk": {"S": "B"}, "sk": {"S": "b"}})
+    persistence._restore_items(world, stack.region, "123456789012")
+    restored = ddb.get_item(TableName=stack.table_name, Key={"pk": {"S": "B"}, "sk": {"S": "b"}})["Item"]
+    assert restored["packed"] == item["packed"] and restored["nested"] == item["nested"]
+    assert sorted(restored["set"]["BS"]) == sorted(item["set"]["BS"])
