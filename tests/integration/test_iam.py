@@ -4,16 +4,16 @@ and grants nothing it does not use unless the template says why.
 moto does not enforce IAM, so a missing permission would only show after ``sam deploy``, and an excessive one never.
 
 * **Functions are checked from what they do.** The journeys below run every handler through its paths: publish,
-  already-held content, a rejected upload, a copy whose checksum differs, a staged archive gone before verification,
-  yank, an expired session; installs waiting for consent that are approved, rejected, superseded and timed out, a
-  Consent task retried; update, rollback, archive, restore, promote, previews, uninstall; a deferred and resumed
-  operation, an operation taken over after a lost settle; every query route; and the sweeps (expired upload,
-  verification whose runs never ran rejected once its resumes are spent, operation never started, settle lost, a
-  consent wait that timed out while Settle was down). Each AWS call is recorded with the function whose handler made it
-  (:func:`devstack.counting.record_aws_calls`), mapped to the IAM actions and resources AWS authorizes it against
-  (:func:`devstack.iam.needs_of`: a transaction's items, an index's ARN, a copy's source and target, a presigned
-  URL's signed action), and checked against the function's role as the SAM translator expands template.yaml, its
-  intrinsics resolved to this local stack's physical names and ARNs.
+  already-held content, a rejected upload, a copy whose checksum differs (then the same content again), a staged
+  archive gone before verification, yank, an expired session; installs waiting for consent that are approved,
+  rejected, superseded and timed out, a Consent task retried; update, rollback, archive, restore, promote,
+  previews, uninstall; a deferred and resumed operation, an operation taken over after a lost settle; every query
+  route; and the sweeps (expired upload, verification whose runs never ran rejected once its resumes are spent,
+  operation never started, settle lost, a consent wait that timed out while Settle was down). Each AWS call is
+  recorded with the function whose handler made it (:func:`devstack.counting.record_aws_calls`), mapped to the IAM
+  actions and resources AWS authorizes it against (:func:`devstack.iam.needs_of`: a transaction's items, an index's
+  ARN, a copy's source and target, a presigned URL's signed action), and checked against the function's role as
+  the SAM translator expands template.yaml, its intrinsics resolved to this local stack's physical names and ARNs.
 * **State machines are checked from their definitions**: moto's interpreter invokes Lambda without a role, so what a
   machine's role needs is derived from its ASL (every function a Task invokes, ``lambda:invoke.waitForTaskToken``'s
   ``FunctionName`` included) and its ``Logging`` (vended-log delivery); the invocations observed are checked to be
@@ -139,7 +139,8 @@ def _consent_task_again(stack: devstack.Stack, ws: str, waiting: dict[str, Any])
 
 
 def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
-    """Publish, republish, already-held content, a rejected upload, a copy whose checksum differs, yank, expiry."""
+    """Publish, republish, already-held content, a rejected upload, a copy whose checksum differs and the same
+    content published after it (orphan blob records), yank, expiry."""
     v1 = _v(b"v1\n")
     assert acme.publish("hello", "1.0.0", v1)["state"] == "published"
     assert acme.publish("hello", "1.1.0", _v(b"v1.1\n", API_READ, NETWORK))["state"] == "published"
@@ -169,6 +170,9 @@ def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
         s3.meta.events.unregister("after-call.s3.CopyObject", unique_id="iam-bad-checksum")
     assert tampered == ["once"]
     assert (refused["state"], refused["rejection"]["subCode"]) == ("rejected", "digest_mismatch")
+    # the same content again: its blob records are the refused publish's orphans, so Publish asks S3 whether their
+    # objects are there before writing them (the archive blob's HEAD and its pack's: both 404, the bad copy is gone)
+    assert acme.publish("hello", "1.2.0", _v(b"v1.2\n"))["state"] == "published"
 
     # the staged archive vanishes between complete and verification: Verify reads a 404 and rejects the upload
     vanishing = _v(b"vanishing\n")
