@@ -10,12 +10,12 @@ from collections.abc import Iterator
 
 import pytest
 
-import devstack
 from devstack.caller import Caller
 from packyard import clock, config
+from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
 from tests.support.metrics import emitted_metrics
-from tests.support.sweeping import run_maintenance
+from tests.support.sweeping import run_maintenance, sweep_kinds
 
 WIDENING = [{"kind": "api_read"}, {"kind": "network", "resource": "api.example"}]
 
@@ -53,8 +53,9 @@ def test_a_consent_wait_that_runs_out_counts_consent_expired(
     monkeypatch.setenv("PACKYARD_CONSENT_WINDOW_SECONDS", "1")
     config.reset()
     admitted = widening.install(ws, "hello", "hello", "1.0.0", key="k-expire")
-    waited = widening.wait_settled(ws, admitted, timeout=60, approve=False)
-    devstack.wait_for_execution(widening._execution_arn(waited), timeout=60)  # Settle runs after the timeout
+    waited = widening.wait_for_consent(ws, admitted, timeout=60)
+    # the wait is a record (no run waits with it): the sweep settles it once its deadline has passed
+    sweep_kinds([DueKind.OPERATION], clock.now() + 2)
     settled = widening.get(f"/v1/workspaces/{ws}/operations/{waited['operationId']}").body
     assert settled["outcome"]["code"] == "consent_expired", settled
     assert (emitted["ConsentExpired"], emitted["OperationsRefused"], emitted["ConsentRejected"]) == (1, 1, 0)
