@@ -271,3 +271,28 @@ def test_update_expressions_answer_as_motos_own_with_trees_kept_and_maps_built_o
         moto_speed._install_update_expressions()
     assert kept == own
     assert any(isinstance(outcome, tuple) for outcome in own) and any(isinstance(o, dict) for o in own)
+
+
+def _shape_of(node: Any, parent: Any = None) -> Any:
+    """A tree as text-like data: each node's class, attributes and children, and whether its parent is ``parent``."""
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    if not isinstance(node, Node):
+        return repr(node)
+    attributes = {k: repr(v) for k, v in vars(node).items() if k not in ("parent", "children")}
+    children = [_shape_of(child, node) for child in node.children or []]
+    return (type(node).__name__, attributes, node.parent is parent, children)
+
+
+def test_a_syntax_tree_copies_as_deepcopy_copies_it() -> None:
+    import copy
+
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    texts = [text for text, _, _ in UPDATES if "= =" not in text]
+    texts += ["SET #a[2].b = :v, c = list_append(:l, c) REMOVE d[0], e.f", "ADD #n :one DELETE s :set"]
+    for text in texts:
+        tree = UpdateExpressionParser.make(text)
+        mine, generic = moto_speed._copy_tree(tree), copy.deepcopy(tree)
+        assert _shape_of(mine) == _shape_of(generic) == _shape_of(tree)
+        assert mine is not tree and all(a is not b for a, b in zip(mine.children, tree.children, strict=True))
