@@ -33,7 +33,8 @@ parser). The first is computed once, the other two are kept per class and per ex
 **Requests and expressions were read again and again** (second pass, docs/decisions.md "Local stack throughput,
 second pass"): DynamoDB requests are parsed with ``AttributeValue`` read from its one key (:class:`DynamoJSONParser`,
 the counterpart of the serializer); an update expression is parsed once per text, its tree copied node by node
-for each validation, and moto's traversers build their processor maps once (:func:`_install_update_expressions`); the interpreter's JSONPaths are parsed once per path.
+for each validation, and moto's traversers build their processor maps once (:func:`_install_update_expressions`);
+the interpreter's JSONPaths are parsed once per path.
 
 Installed by :func:`devstack.lambdas.install` (every local runtime), removed by :func:`devstack.lambdas.uninstall`.
 """
