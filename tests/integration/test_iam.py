@@ -48,6 +48,7 @@ from devstack.api import LocalApi
 from devstack.caller import Caller
 from devstack.counting import AwsCall, record_aws_calls
 from packyard import clock, config
+from packyard.consent import waiting as consent_waiting
 from packyard.errors import TransientStoreError
 from packyard.operations import commit, settlement
 from packyard.publishing import resumption, verification
@@ -277,7 +278,8 @@ def consent_ends(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) ->
 
 
 def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
-    """A commit failing past its retries defers the operation; the same key resumes it. A lost settle is taken over
+    """A commit failing past its retries defers the operation; the same key resumes it; so does a consent wait
+    whose task's answers kept failing (its wait dropped by Settle). A lost settle is taken over
     by the same key once the lease ran out (past its lease no run is left: nothing is looked up)."""
     ws = "ws-iam-recovery"
     acme.publish("plain", "1.0.0", build_from_files({"SKILL.md": b"plain\n"}))
@@ -292,6 +294,22 @@ def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> Non
     assert acme.wait_settled(ws, acme.install(ws, "plain", "plain", "1.0.0", key="k-flaky"))["outcome"] == {
         "result": "succeeded"
     }
+
+    # the consent task records the wait, then its answers keep failing: past its retries Settle defers the
+    # operation and drops its wait; the same key resumes it and it waits again
+    real_wait = consent_waiting.await_consent
+
+    def wait_answer_lost(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        real_wait(*args, **kwargs)
+        raise TransientStoreError("DynamoDB: ThrottlingException")
+
+    mp.setattr(consent_waiting, "await_consent", wait_answer_lost)
+    asks = acme.wait_settled(ws, acme.install(ws, "asks", "hello", "1.0.0", key="k-asks"), approve=False)
+    assert asks["state"] == "pending", asks
+    mp.undo()
+    assert acme.wait_for_consent(ws, acme.install(ws, "asks", "hello", "1.0.0", key="k-asks"))["state"] == (
+        "awaiting_consent"
+    )
 
     def broken_settle(*args: object, **kwargs: object) -> dict[str, Any]:
         raise RuntimeError("settlement is down")
