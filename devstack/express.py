@@ -9,6 +9,10 @@ are Express, so the local runtime must not either, or the tests would lean on gu
 - **No execution API.** ``DescribeExecution`` and ``GetExecutionHistory`` of an Express run answer ``InvalidArn``
   ("Resource type not valid in this context: express"), ``ListExecutions`` of an Express machine answers
   ``StateMachineTypeNotSupported``: the history of a run goes to CloudWatch Logs only.
+- **StartSyncExecution** (Express only; moto does not route it): starts a run and answers when it has stopped, with
+  its status and output — how a caller waits for an Express run's result without an execution API. A Standard
+  machine answers ``StateMachineTypeNotSupported``. A client of a local endpoint sets
+  ``Config(inject_host_prefix=False)`` (botocore sends the call to ``sync-states.…``; in-process, that host is routed).
 - **Five minutes at most.** A run still going after :data:`LIMIT_SECONDS` is stopped, ``TIMED_OUT`` (a task already
   running finishes, as a Lambda invoked by AWS does; nothing after it runs).
 
@@ -30,6 +34,7 @@ import copy
 import datetime
 import heapq
 import itertools
+import re
 import threading
 import time
 import uuid
@@ -237,14 +242,14 @@ def _invalid_express_arn() -> Exception:
     return InvalidArn("Invalid Arn: 'Resource type not valid in this context: express'")
 
 
-def _type_not_supported() -> Exception:
+def _type_not_supported(machine_type: str = EXPRESS) -> Exception:
     from moto.core.exceptions import AWSError
 
     class _TypeNotSupported(AWSError):
         TYPE = "StateMachineTypeNotSupported"
         STATUS = 400
 
-    return _TypeNotSupported("This operation is not supported by this type of state machine: EXPRESS")
+    return _TypeNotSupported(f"This operation is not supported by this type of state machine: {machine_type}")
 
 
 def install() -> None:
@@ -252,6 +257,7 @@ def install() -> None:
     global _original_reflect
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+    from moto.stepfunctions.responses import StepFunctionResponse as StateMachineResponses
 
     with _lock:
         if _originals:
@@ -306,6 +312,8 @@ def install() -> None:
 
             self.execution.exec_status = ExecutionStatus.TIMED_OUT
 
+    setattr(StateMachineResponses, "start_sync_execution", _start_sync_execution)  # noqa: B010
+    _sync_endpoint(add=True)
     setattr(StepFunctionsParserBackend, "start_execution", start_execution)  # noqa: B010
     setattr(StepFunctionsParserBackend, "describe_execution", describe_execution)  # noqa: B010
     setattr(StepFunctionsParserBackend, "list_executions", list_executions)  # noqa: B010
@@ -318,16 +326,82 @@ def uninstall() -> None:
     global _original_reflect
     from moto.stepfunctions.parser.backend.execution import BaseExecutionWorkerCommunication
     from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+    from moto.stepfunctions.responses import StepFunctionResponse as StateMachineResponses
 
     stop_all()
     with _lock:
         for method, original in _originals.items():
             setattr(StepFunctionsParserBackend, method, original)
         _originals.clear()
+        if "start_sync_execution" in StateMachineResponses.__dict__:
+            delattr(StateMachineResponses, "start_sync_execution")
+        _sync_endpoint(add=False)
         if _original_reflect is not None:
             setattr(BaseExecutionWorkerCommunication, "_reflect_execution_status", _original_reflect)  # noqa: B010
             _original_reflect = None
     _reaper.forget()
+
+
+# ------------------------------------------------------------------ StartSyncExecution
+
+# botocore sends StartSyncExecution to ``sync-states.<region>.amazonaws.com`` (the operation's host prefix); moto routes
+# only ``states.…``. A client of a local endpoint turns the prefix off (``Config(inject_host_prefix=False)``).
+_SYNC_HOST = ("stepfunctions", re.compile(r"https?://sync-states\.(.+)\.amazonaws\.com"))
+
+
+_SYNC_BASE = r"https?://sync-states\.(.+)\.amazonaws.com"
+
+
+def _sync_endpoint(*, add: bool) -> None:
+    """Route the sync host in-process: the service's URL index, and its URL bases (where its paths are matched)."""
+    from moto import backend_index
+    from moto.stepfunctions import urls
+
+    patterns, bases = backend_index.backend_url_patterns, urls.url_bases
+    if add:
+        if _SYNC_HOST not in patterns:
+            patterns.append(_SYNC_HOST)
+        if _SYNC_BASE not in bases:
+            bases.append(_SYNC_BASE)
+    else:
+        if _SYNC_HOST in patterns:
+            patterns.remove(_SYNC_HOST)
+        if _SYNC_BASE in bases:
+            bases.remove(_SYNC_BASE)
+
+
+def _start_sync_execution(self: Any) -> Any:
+    """StartSyncExecution (Express only, as on AWS): start a run and answer when it has stopped, with its status,
+    output or error. Moto has none (its parser provider does, its HTTP layer does not route it)."""
+    import json
+
+    from moto.core.responses import ActionResult
+
+    arn = self._get_param("stateMachineArn")
+    machine = self.stepfunction_backend.describe_state_machine(arn)
+    if not _is_express(machine):
+        raise _type_not_supported(str(getattr(machine, "type", "STANDARD")))
+    execution = self.stepfunction_backend.start_execution(
+        arn, self._get_param("name"), self._get_param("input", if_none="{}")
+    )
+    while _status(execution) not in TERMINAL:
+        time.sleep(0.005)  # the run's own threads move it; bounded by the Express time limit
+    answer: dict[str, Any] = {
+        "executionArn": execution.exec_arn,
+        "stateMachineArn": machine.arn,
+        "name": execution.name,
+        "startDate": execution.start_date,
+        "stopDate": execution.stop_date,
+        "status": _status(execution),
+        "input": json.dumps(execution.input_data),
+    }
+    if execution.output is not None:
+        answer["output"] = execution.output if isinstance(execution.output, str) else json.dumps(execution.output)
+    if execution.error is not None:
+        answer["error"] = execution.error
+    if execution.cause is not None:
+        answer["cause"] = execution.cause
+    return ActionResult(answer)
 
 
 # ------------------------------------------------------------------ the harness's view

@@ -160,3 +160,23 @@ def test_duplicate_task_runs_runs_each_task_twice_and_keeps_the_second_answer(st
     assert duplicated.counts == {"ExpressTaskTwiceFn": 1}
     assert len(express_app.CALLS) == 2
     assert json.loads(described["output"])["task"] == {"call": 2}
+
+
+def test_start_sync_execution_answers_when_the_express_run_has_stopped(stack: Stack) -> None:
+    arn = machine(stack, "ExpressSync", "record", "EXPRESS")
+
+    answer = boto3.client("stepfunctions").start_sync_execution(stateMachineArn=arn, name="op-1", input='{"n": 1}')
+
+    assert answer["status"] == "SUCCEEDED"
+    assert answer["executionArn"].split(":")[5:8] == ["express", "ExpressSync", "op-1"]
+    assert json.loads(answer["output"])["task"] == {"call": 1}
+
+
+def test_start_sync_execution_of_a_standard_machine_is_refused(stack: Stack) -> None:
+    arn = machine(stack, "StandardSync", "record", "STANDARD")
+
+    with pytest.raises(ClientError) as refused:
+        boto3.client("stepfunctions").start_sync_execution(stateMachineArn=arn, input="{}")
+
+    assert refused.value.response["Error"]["Code"] == "StateMachineTypeNotSupported"
+    assert express_app.CALLS == []
