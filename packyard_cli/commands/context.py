@@ -240,9 +240,16 @@ def local_stack_aws(
             exit_code=EXIT_UNAVAILABLE,
         )
     import boto3
+    from botocore.config import Config
 
+    # no operation's host prefix on a local endpoint (StartSyncExecution's "sync-" would name another host)
     aws_client = boto3.client(
-        service, endpoint_url=aws, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+        service,
+        endpoint_url=aws,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+        config=Config(inject_host_prefix=False),
     )
     return aws_client, named
 

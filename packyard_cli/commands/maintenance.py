@@ -19,7 +19,6 @@ from packyard_cli.render import human_size
 
 RELATIVE = re.compile(r"\+(\d+)([smhd])", re.ASCII)
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-WAIT_SECONDS = 120
 # what the sweeps report besides what they did: how many items of a kind are parked (retried no more) right now
 PARKED_TOTAL = "parked_total"
 SWEEP_COLUMNS = (
@@ -57,8 +56,8 @@ def cmd_sweep(ctx: Context, args: argparse.Namespace) -> int:
     )
     at = sweep_time(args.at)
     event = {"detail-type": "Scheduled Event", "source": "packyard.cli", "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
-    started = sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))
-    finished = _wait(sfn, started["executionArn"])
+    # an Express run cannot be described afterwards: StartSyncExecution answers once it has stopped (<= 5 minutes)
+    finished = sfn.start_sync_execution(stateMachineArn=machine, input=json.dumps(event))
     if finished["status"] != "SUCCEEDED":
         raise CliError(f"the sweep {finished['status'].lower()}", code="unavailable", exit_code=EXIT_UNAVAILABLE)
     totals = _totals(json.loads(finished.get("output") or "{}"))
@@ -70,15 +69,6 @@ def cmd_sweep(ctx: Context, args: argparse.Namespace) -> int:
         listed = ", ".join(f"{count} {kind}" for kind, count in parked.items())
         ctx.warn(f"parked after their last attempt, waiting for an operator: {listed} (see the sweeper's error logs)")
     return EXIT_OK
-
-
-def _wait(sfn: Any, execution: str) -> dict[str, Any]:
-    deadline = time.monotonic() + WAIT_SECONDS
-    while True:
-        described: dict[str, Any] = sfn.describe_execution(executionArn=execution)
-        if described["status"] != "RUNNING" or time.monotonic() > deadline:
-            return described
-        time.sleep(0.2)
 
 
 def _totals(output: dict[str, Any]) -> dict[tuple[str, str], int]:
