@@ -1,22 +1,36 @@
 """Installation operations against a reference model: random install / update / uninstall / rollback requests,
-same-key retries, crashes at any AWS call of any task, waits for an owner's consent (approved, rejected or timed
-out), lease expiry and supersession, checked after every step.
+same-key retries, crashes at any AWS call of any task, duplicate Express runs and tasks run twice, waits for an
+owner's consent (approved, rejected or timed out), lease expiry, sweep restarts and supersession, checked after every
+step.
 
-The state machine is not used (its Retry waits and polling would dominate): ``workflows.start`` is replaced by a
-recorder and the test plays Step Functions itself, calling the task handlers in-process in the order the ASL runs
-them (Plan → [AwaitConsent] → Commit → Settle; an exception routes to Settle with ``$.error`` exactly as the Catch
-would). A crash is ``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then the task dies;
-afterwards either Step Functions retries the same task or the Catch routes it to Settle with a transient error (the
-operation is deferred to ``pending`` and a client retry with the same key resumes it).
+The state machine is not used (its Retry waits would dominate): ``workflows.start`` is replaced by a recorder and the
+test plays Step Functions Express itself, calling the task handlers in-process in the order the ASL runs them
+(Plan → [AwaitConsent] → Commit → Settle; an exception routes to Settle with ``$.error`` exactly as the Catch would;
+ClaimLost from Plan ends the run at ``Duplicate``, with no Settle). Every start is a new run (Express does not
+deduplicate names): the recorder hands out a run ARN, which the tasks get as ``$$.Execution.Id`` (the runner that
+claims the operation). A crash is ``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then the task
+dies; afterwards either Step Functions retries the same task or the Catch routes it to Settle with a transient error
+(the operation is deferred to ``pending`` and a client retry with the same key resumes it); a crash in Settle whose
+retries run out ends the run at SettlementFailed, the operation left to the sweep.
 
-Consent: when Plan answers ``needsConsent`` (an owner-origin plan that widens grants), the execution runs the
-Consent task with a task token of its own (step ``consent``: planned → awaiting_consent, the CONSENT item holds the
-token, the slot's lease becomes the consent deadline), then waits on that token (step ``approve``): an owner
-approves or rejects the plan over HTTP (never crashed), and the execution resumes with whatever the service sent on
-the token (``workflows.send_task_success`` / ``send_task_failure`` are recorded, then called: moto answers
-InvalidToken for a token no real execution waits on, which the service swallows): success → ``$.plan`` → Commit;
-failure → ``$.error`` → Settle. Or nobody decides: the clock jumps past the consent window and every waiting
-execution times out (``States.Timeout`` → Settle).
+What Express adds, as rules:
+* a duplicate run starts: a second run of an operation with the input of one of its earlier starts, at any point
+  (interleaved step by step with the first, or after the operation settled): it must lose its Plan (ClaimLost →
+  Duplicate) while another live runner holds the operation, and change nothing;
+* a task runs twice: the same task call repeated (its first call crashed at some AWS call, or not), the second's
+  answer is the task's result;
+* a run is stopped (the 5-minute limit): nothing after its current task runs; its operation waits for its lease;
+* the sweep (``maintenance.sweeps``, in-process over the workspace's due shards, or one due operation's action dying
+  after its k-th AWS call): an operation past its lease is restarted (a fenced write, then a new run) up to the
+  restart limit, then settled as Settle would; one awaiting consent past its deadline is settled consent_expired;
+* converge: every run is played to its end, then the clock and the sweep run until nothing is in flight.
+
+Consent: when Plan answers ``needsConsent`` (an owner-origin plan that widens grants), the run's Consent task
+records the wait (planned → awaiting_consent, the CONSENT item, the lease becomes the consent deadline) and the run
+ends. An owner approves or rejects the plan over HTTP (a decision may crash after any AWS call, and be resent with
+its key), which records the decision and starts a new run: approve → Plan (needsConsent false) → Commit → Settle;
+reject → Settle refuses consent_rejected. Nobody decides: the clock jumps past the consent window and the sweep
+settles the wait consent_expired.
 
 One moto stack and three releases serve every example; each example works in a fresh workspace (everything an
 operation touches, operations, installations, slots, consent waits and counters, is keyed by workspace, so examples
@@ -28,19 +42,22 @@ boto3 as always.
 Checked after every step, from what is stored (not from the model):
 * no lost operation: every key that was admitted still names its operation, with the request it was admitted for;
 * the installation's version = the number of operations that committed a change (succeeded ones, plus the one in
-  flight that already committed): never a double bump, never a bump without a succeeded operation;
+  flight that already committed): exactly one commit per operation, never a double bump under duplicate runs or
+  tasks run twice, never a bump without a succeeded operation;
 * with nothing committed in flight, the installation is exactly the plan of the latest succeeded operation;
 * at most one unsettled operation per installation, and the slot is held by it (free when there is none);
 * a settled outcome never changes, and a replay of a settled key answers that same outcome;
-* every admitted/planned/awaiting/committed operation has a live execution for its attempt (nothing is orphaned);
+* every admitted/planned/committed operation has a live run that can still run it (one that has not planned yet, or
+  its runner), or is past its lease, or lost its run in a way the sweep recovers once its lease ends (a crash between
+  a write and its start, a run stopped): the sweep's to restart;
 * the workspace's live-installation counter equals the number of live installations;
 * an operation that asked consent never commits (nor is the installation's last writer) unless approved;
 * a CONSENT item exists only for the installation's unsettled operation, while it awaits consent (with the same
   plan digest and deadline; the slot's lease is that deadline), and every operation awaiting consent has one;
-  an execution waiting on a token waits on the one stored (or its operation was superseded);
-and the stored operations (with their consent), installations, slots and consent waits equal the reference model's.
+and the stored operations (with their consent, runner and restarts), installations, slots and consent waits equal
+the reference model's, and the runs started equal the model's (which operation, which attempt, in order).
 
-Why one module of ~1,500 lines: the reference model, the stateful machine that drives it and the regression
+Why one module of ~1,800 lines: the reference model, the stateful machine that drives it and the regression
 tests it found share one set of builders and invariants; splitting would scatter what the model asserts.
 """
 
@@ -70,8 +87,10 @@ from devstack.caller import Caller
 from devstack.faults import InjectedCrash, crash_after
 from packyard import clock
 from packyard.config import limits
+from packyard.maintenance import sweeps
 from packyard.operations.preconditions import operation_id_for
-from packyard.store import dynamo, workflows, workspace
+from packyard.store import due, dynamo, workflows, workspace
+from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
 
 TENANT = "t-model"
@@ -91,12 +110,12 @@ CRASH_POINTS = st.sampled_from((1, 2, 2, 3))
 T0 = 1_900_000_000
 
 IN_FLIGHT = ("admitted", "planned", "awaiting_consent", "committed")
+# in flight and run by an execution (an operation awaiting consent is a recorded wait: no run, the sweep ends it)
+RUNNABLE = ("admitted", "planned", "committed")
 TRANSIENT_ERROR = {
     "Error": "TransientStoreError",
     "Cause": json.dumps({"errorMessage": "injected: the task died (Lambda.Unknown / States.Timeout)"}),
 }
-# what Step Functions writes at $.error when a wait for the task token outlives TimeoutSecondsPath
-CONSENT_TIMEOUT = {"Error": "States.Timeout", "Cause": "the consent window ended with no decision"}
 # errorTypes Settle treats as transient (the operation is deferred), as settlement.TRANSIENT
 TRANSIENT = ("TransientStoreError", "Lambda.", "States.Timeout", "States.HeartbeatTimeout")
 REFUSALS = {
@@ -107,8 +126,12 @@ REFUSALS = {
     "PlanChanged": "plan_changed",
     "ConsentRejected": "consent_rejected",
 }
-# what happens to a wait for consent: an owner approves or rejects the plan, or nobody decides within the window
-DECISIONS = st.sampled_from(("approve", "approve", "approve", "reject", "no decision"))
+# an owner's decision dies after its k-th AWS call (then it is resent with its key), or not
+DECISION_CRASHES = st.sampled_from((None, None, 1, 2, 3))
+# what becomes of a wait when everything converges: approved, rejected, or the window ends with no decision (None)
+CONVERGE_DECISIONS = st.sampled_from(("approve", "approve", "reject", None))
+FAULTS = st.sampled_from(("retry", "route", "twice", "twice after a crash", "stopped"))
+MACHINE = "InstallStateMachine"
 
 # In `make test` the examples are the same every run (a fixed seed), so CI is reproducible. An exploring run draws
 # new ones: PACKYARD_MODEL_RANDOM=1 PACKYARD_MODEL_EXAMPLES=500. Shrinking a failure replays examples for up to ~5
@@ -185,9 +208,8 @@ class MOp:
     committed: bool = False
     asked: frozenset[str] | None = None  # the permission kinds its plan asked consent for (None: asked none)
     decision: str | None = None  # approve | reject, once an owner decided
-
-    def execution_name(self) -> str:
-        return self.op_id if self.attempt == 0 else f"{self.op_id}-{self.attempt}"
+    runner: str | None = None  # the run (its ARN) that claimed it, until a resume, a decision or a restart clears it
+    restarts: int = 0  # how many times the sweep restarted it past its lease
 
     @property
     def needs_consent(self) -> bool:
@@ -220,7 +242,7 @@ class Answer:
 
 @dataclass
 class World:
-    """What the store should hold, and which executions should have been started."""
+    """What the store should hold, and which runs should have been started."""
 
     workspace: str
     now: int = T0
@@ -228,7 +250,11 @@ class World:
     ops: dict[str, MOp] = field(default_factory=dict)
     slots: dict[str, MSlot] = field(default_factory=dict)
     waits: dict[str, str] = field(default_factory=dict)  # installation → operation its CONSENT item names
-    started: dict[str, str] = field(default_factory=dict)  # execution name → operation id
+    starts: list[tuple[str, int]] = field(default_factory=list)  # (operation, attempt) of each run the step started
+    # runnable operations known to have no run until the sweep restarts them: a crash fell between a write and the
+    # start that follows it
+    orphans: set[str] = field(default_factory=set)
+    decisions: dict[str, tuple[str, str]] = field(default_factory=dict)  # decision key → (operation, decision)
 
     @property
     def lease(self) -> int:
@@ -242,7 +268,10 @@ class World:
         return self.slots.setdefault(inst, MSlot())
 
     def start(self, op: MOp) -> None:
-        self.started.setdefault(op.execution_name(), op.op_id)
+        self.starts.append((op.op_id, op.attempt))
+
+    def past_lease(self, op: MOp) -> bool:
+        return self.slot(op.inst).lease_until <= self.now
 
     # -- admission --
 
@@ -255,7 +284,11 @@ class World:
             if op.state == "pending":
                 self.resume(op)
             elif op.state in IN_FLIGHT:
-                self.start(op)  # admission or a resume may have died before starting it: idempotent by name
+                if self.past_lease(op):
+                    # nothing runs it any more (no run outlives a lease): the same key takes it over, a new attempt
+                    self.resume(op, "planned" if op.state == "awaiting_consent" else op.state)
+                elif op.state == "admitted":
+                    self.start(op)  # admission may have died before starting it: a duplicate run is harmless
             return Answer(200 if op.state == "settled" else 202, None, op_id)
         cur = self.insts.get(req.inst)
         live = cur is not None and cur.live
@@ -310,12 +343,16 @@ class World:
         self.start(new)
         return Answer(202, None, op_id)
 
-    def resume(self, op: MOp) -> None:
-        op.state = op.phase if op.phase in IN_FLIGHT else "admitted"
+    def resume(self, op: MOp, phase: str | None = None) -> None:
+        was_waiting = op.state == "awaiting_consent"
+        op.state = phase or (op.phase if op.phase in IN_FLIGHT else "admitted")
         op.version += 1
         op.attempt += 1
+        op.runner = None
         slot = self.slot(op.inst)
         slot.pending, slot.lease_until = False, self.now + self.lease
+        if was_waiting and self.waits.get(op.inst) == op.op_id:
+            del self.waits[op.inst]  # it plans again, and asks again: the wait past its deadline is gone
         self.start(op)
 
     # -- tasks --
@@ -356,46 +393,60 @@ class World:
         base = op.baseline
         return RELEASES[op.target] - (base.grants if base is not None and base.live else frozenset())
 
-    def plan_task(self, op_id: str) -> tuple[int, bool]:
-        """The planning output the model expects: (version, needsConsent)."""
+    def plan_task(self, op_id: str, runner: str, attempt: int | None) -> tuple[int, bool, bool]:
+        """The planning output the model expects, (version, needsConsent, rejected), for the run ``runner`` of
+        ``attempt``: it claims the operation (fenced on version) unless another live runner holds it."""
         op = self.ops[op_id]
-        if op.state in ("planned", "committed"):
-            return op.version, op.needs_consent
-        if op.state != "admitted":
-            raise TaskError("ClaimLost")
-        plan = self.compute_plan(op)
         slot = self.slot(op.inst)
+        if op.state not in RUNNABLE or attempt != op.attempt:
+            raise TaskError("ClaimLost")  # settled, deferred, waiting for consent, or resumed as a later attempt
+        if op.runner not in (None, runner) and not self.past_lease(op):
+            raise TaskError("ClaimLost")  # another run holds it: this one is a duplicate
+        if op.state in ("planned", "committed"):
+            if op.runner != runner:
+                op.runner, op.version = runner, op.version + 1
+                slot.lease_until = self.now + self.lease
+            return op.version, op.needs_consent, op.decision == "reject"
+        plan = self.compute_plan(op)
         if slot.holder != op_id:
             raise TaskError("ClaimLost")
-        op.state, op.plan, op.version = "planned", plan, op.version + 1
+        op.state, op.plan, op.version, op.runner = "planned", plan, op.version + 1, runner
         op.asked = self.consent_asked(op) or None
         slot.lease_until = self.now + self.lease
-        return op.version, op.needs_consent
+        return op.version, op.needs_consent, False
 
-    def consent_task(self, op_id: str) -> None:
-        """The Consent task: planned → awaiting_consent with the wait recorded and the slot held to the deadline;
-        a retry (already awaiting) only names its new token."""
+    def consent_task(self, op_id: str, runner: str) -> None:
+        """The Consent task of the run ``runner``: planned → awaiting_consent with the wait recorded and the slot
+        held to the deadline; a repeat (already awaiting) changes nothing. The run ends there."""
         op = self.ops[op_id]
         if not op.needs_consent or op.plan is None:
             raise TaskError("ClaimLost")
         if op.state == "awaiting_consent":
             return
         slot = self.slot(op.inst)
-        if op.state != "planned" or slot.holder != op_id:
+        if op.state != "planned" or slot.holder != op_id or op.runner != runner:
             raise TaskError("ClaimLost")
         op.state, op.version = "awaiting_consent", op.version + 1
         slot.lease_until = self.now + self.window
         self.waits[op.inst] = op_id
 
-    def decide(self, op_id: str, decision: str) -> Answer:
-        """An owner's decision on the plan ``op_id`` waits with (naming that operation)."""
+    def decide(self, op_id: str, decision: str, key: str) -> Answer:
+        """An owner's decision (key ``key``) on the plan ``op_id`` waits with (naming that operation); recorded, it
+        starts a new run (a replay of the key starts one again)."""
         op = self.ops[op_id]
-        if self.waits.get(op.inst) != op_id or op.state != "awaiting_consent":
+        if key in self.decisions:
+            recorded, _ = self.decisions[key]
+            if self.ops[recorded].state in IN_FLIGHT:
+                self.start(self.ops[recorded])  # it may have died before starting the run: started again
+            return Answer(200, None, recorded)
+        if self.waits.get(op.inst) != op_id or op.state != "awaiting_consent" or self.past_lease(op):
             return Answer(409, "stale_authority")
-        op.state, op.version, op.decision = "planned", op.version + 1, decision
+        op.state, op.version, op.decision, op.runner = "planned", op.version + 1, decision, None
         del self.waits[op.inst]
         # the decision is the operation's heartbeat: an ordinary lease again from now (not the consent deadline)
         self.slot(op.inst).lease_until = self.now + self.lease
+        self.decisions[key] = (op_id, decision)
+        self.start(op)
         return Answer(200, None, op_id)
 
     def commit_task(self, op_id: str, planned_version: int) -> None:
@@ -417,13 +468,16 @@ class World:
             raise TaskError("ClaimLost" if slot.holder != op_id else "StaleAuthority")
         op.state, op.version, op.committed = "committed", op.version + 1, True
 
-    def settle_task(self, op_id: str, error: str | None, attempt: int | None) -> None:
+    def settle_task(self, op_id: str, error: str | None, attempt: int | None, runner: str | None) -> None:
+        """Settle, called by the run ``runner`` of ``attempt`` (the sweep's direct settle: no runner)."""
         op = self.ops[op_id]
         slot = self.slot(op.inst)
         if op.state == "settled" or error == "ClaimLost":
             return
         if attempt != op.attempt:
             return  # a retried Settle of an earlier attempt: the resumed operation is not its to settle
+        if runner is not None and op.runner is not None and runner != op.runner:
+            return  # a run that lost its claim to another
         if op.state == "pending":
             return  # a retried Settle finds it already deferred: it keeps the phase it stopped in
         waiting = op.state == "awaiting_consent"
@@ -450,6 +504,24 @@ class World:
             slot.holder, slot.pending = None, False
         if waiting and self.waits.get(op.inst) == op_id:
             del self.waits[op.inst]
+
+    # -- the sweep --
+
+    def sweep(self, op_id: str) -> str:
+        """The stuck-operation sweep's action on one operation past its lease: one admitted or planned is restarted
+        (a new run) up to the restart limit; one committed is settled as Settle would (only Settle was left); one
+        awaiting consent is settled consent_expired; one out of restarts is settled unconfirmed interrupted."""
+        op = self.ops[op_id]
+        if op.state not in IN_FLIGHT or not self.past_lease(op):
+            return "not_due"
+        if op.state in ("admitted", "planned") and op.restarts < sweeps.MAX_RESTARTS:
+            op.restarts, op.runner, op.version = op.restarts + 1, None, op.version + 1
+            self.slot(op.inst).lease_until = self.now + self.lease
+            self.start(op)
+            return "started"
+        error = {"committed": None, "awaiting_consent": "States.Timeout"}.get(op.state, "ExecutionEnded")
+        self.settle_task(op_id, error, op.attempt, None)
+        return "settled"
 
     @property
     def live_count(self) -> int:
@@ -500,9 +572,9 @@ class SOp:
     superseded_by: str | None
     plan: SInst | None
     consent: dict[str, Any] | None
-
-    def execution_name(self) -> str:
-        return self.operation_id if self.attempt == 0 else f"{self.operation_id}-{self.attempt}"
+    runner: str | None
+    restarts: int
+    lease_until: int
 
     @property
     def asked(self) -> frozenset[str] | None:
@@ -535,16 +607,24 @@ def workspace_items(stack: devstack.Stack, workspace_id: str) -> list[dict[str, 
     """Every item of the workspace's partition, read from moto's table in-process (test-only inspection: a Query
     through boto3 costs ~10 ms per operation item in moto's response serializer, ~100x this, and the checks run
     after every step). The code under test always goes through boto3."""
+    return [dynamo.unmarshal(item) for item in raw_workspace_items(stack, workspace_id)]
+
+
+def raw_workspace_items(stack: devstack.Stack, workspace_id: str) -> list[dict[str, Any]]:
+    """The workspace's items as DynamoDB answers them (attribute values typed: what a Query returns)."""
     table = dynamodb_backends[DEFAULT_ACCOUNT_ID][stack.region].get_table(stack.table_name)
     partition = table.items.get(DynamoType({"S": f"TENANT#{TENANT}#WS#{workspace_id}"}), {})
-    return [dynamo.unmarshal(item.to_json()["Attributes"]) for item in partition.values()]
+    return [item.to_json()["Attributes"] for item in partition.values()]
 
 
 def read_stored(stack: devstack.Stack, workspace_id: str) -> Stored:
     stored = Stored({}, {}, {}, 0)
-    for item in workspace_items(stack, workspace_id):
+    for raw in raw_workspace_items(stack, workspace_id):
+        item = dynamo.unmarshal(raw)
         kind, _, name = item["sk"].partition("#")
         if kind == "OP":
+            # through the store's own reader (the item keeps its cold fields packed), as the model's fields
+            item = workspace.operation_of(raw).model_dump(by_alias=True, mode="json")
             outcome = item.get("outcome")
             stored.ops[name] = SOp(
                 operation_id=name,
@@ -559,6 +639,9 @@ def read_stored(stack: devstack.Stack, workspace_id: str) -> Stored:
                 superseded_by=item.get("supersededBy"),
                 plan=SInst.of(item["plan"]) if item.get("plan") else None,
                 consent=item.get("consent"),
+                runner=item.get("runner"),
+                restarts=item.get("restarts", 0),
+                lease_until=item.get("leaseUntil", 0),
             )
         elif kind == "INST":
             stored.insts[name] = SInst.of(item)
@@ -620,6 +703,8 @@ def op_view(op: SOp | MOp) -> dict[str, Any]:
         "supersededBy": op.superseded_by,
         "plan": inst_view(op.plan),
         "consent": None if op.asked is None else (tuple(sorted(op.asked)), op.decision),
+        "runner": op.runner,
+        "restarts": op.restarts,
     }
 
 
@@ -655,59 +740,46 @@ def differences(world: World, stored: Stored) -> list[str]:
     return diffs
 
 
-# ---- playing Step Functions ---------------------------------------------------------------------------------------
+# ---- playing Step Functions Express --------------------------------------------------------------------------------
 
 
 @dataclass
-class Execution:
-    name: str
+class Run:
+    """One Express execution of the install state machine: its ARN (``$$.Execution.Id``), operation and state."""
+
+    arn: str
     op_id: str
     event: dict[str, Any]
-    next: str = "plan"  # plan | consent | approve (waiting on its task token) | commit | settle | done
-    token: str | None = None  # the task token of its Consent task's attempt that returned (what it waits on)
-    tokens: int = 0
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """What the service sent on a task token: success (output) or failure (error, cause)."""
-
-    token: str
-    error: str | None
-    payload: Any
+    start: dict[str, Any]  # its input as started (a duplicate run starts with the same)
+    next: str = "plan"  # plan | consent | commit | settle | done
+    end: str | None = None  # Settled | Duplicate | AwaitingConsent | SettlementFailed | TimedOut
 
 
 class Harness:
-    """The stack, the caller, the executions ``workflows.start`` was asked for (in order), and what was sent on
-    task tokens (in order)."""
+    """The stack, the caller, and the runs ``workflows.start`` was asked for (in order: ARN, input)."""
 
     def __init__(self, stack: devstack.Stack, caller: Caller) -> None:
         self.stack = stack
         self.caller = caller
         self.recorded: list[tuple[str, dict[str, Any]]] = []
-        self.delivered: list[Delivery] = []
         self.now = T0
-        # the real calls, made after recording: moto answers InvalidToken (no execution waits on a harness token)
-        self.real_success = workflows.send_task_success
-        self.real_failure = workflows.send_task_failure
+        self.runs = itertools.count()
 
     def start(self, arn: str, name: str, payload: dict[str, Any]) -> str:
-        self.recorded.append((name, dict(payload)))
-        return name
+        """StartExecution of an Express machine: every call a new run, its ARN in AWS's Express form."""
+        prefix, _, machine = arn.partition(":stateMachine:")
+        run_arn = f"{prefix}:express:{machine}:{name}:run-{next(self.runs)}"
+        self.recorded.append((run_arn, json.loads(json.dumps(payload))))
+        return run_arn
 
-    def send_task_success(self, task_token: str, output: dict[str, Any]) -> bool:
-        self.delivered.append(Delivery(task_token, None, json.loads(json.dumps(output))))
-        return self.real_success(task_token, output)
-
-    def send_task_failure(self, task_token: str, error: str, cause: str) -> bool:
-        self.delivered.append(Delivery(task_token, error, cause))
-        return self.real_failure(task_token, error, cause)
-
-    def decide(self, workspace: str, op_id: str, decision: str, key: str) -> Any:
-        """An owner reads the operation (its consent's plan digest) and decides on exactly that plan."""
+    def operation(self, workspace: str, op_id: str) -> dict[str, Any]:
         op = self.caller.get(f"/v1/workspaces/{workspace}/operations/{op_id}")
         assert op.status == 200, op.body
-        return self.caller.decide(workspace, op.body, decision, key=key)
+        return dict(op.body)
+
+    def decide(self, workspace: str, op: dict[str, Any], decision: str, key: str) -> Any:
+        """An owner decides on exactly the plan ``op`` (as read) waits with."""
+        return self.caller.decide(workspace, op, decision, key=key)
 
     def invoke(self, function: str, event: dict[str, Any]) -> Any:
         return lambdas.invoke_handler(self.stack.functions[function], event)
@@ -734,15 +806,26 @@ TASK_FUNCTIONS = {
 }
 
 
-def consent_input(event: dict[str, Any], token: str) -> dict[str, Any]:
-    """The AwaitConsent state's Payload: the operation, and ``$$.Task.Token``."""
-    fields = ("tenant", "workspace", "installationId", "operationId")
-    return {**{k: event[k] for k in fields}, "taskToken": token}
+def task_input(step: str, event: dict[str, Any], run_arn: str) -> dict[str, Any]:
+    """What the ASL hands the task: the state, with the run's ``$$.Execution.Id`` at ``$.runner.execution`` (set by
+    its first state)."""
+    return {**event, "runner": {"execution": run_arn}}
 
 
 def error_of(exc: BaseException) -> dict[str, str]:
     """``$.error`` as the ASL Catch writes it."""
     return {"Error": type(exc).__name__, "Cause": json.dumps({"errorMessage": str(exc)})}
+
+
+def due_operations(stack: devstack.Stack, workspace_id: str, now: int) -> dict[str, dict[str, Any]]:
+    """The workspace's operations due at ``now`` (in the due index, their lease over), read in-process as the
+    index's Query answers them: operation id → item."""
+    due_now = {}
+    for raw in raw_workspace_items(stack, workspace_id):
+        item = dynamo.unmarshal(raw)
+        if item["sk"].startswith("OP#") and item.get("dueShard") and item["leaseUntil"] <= now:
+            due_now[item["sk"].partition("#")[2]] = raw
+    return due_now
 
 
 class OperationsModel(RuleBasedStateMachine):
@@ -753,15 +836,16 @@ class OperationsModel(RuleBasedStateMachine):
         self.workspace = f"ws-{next(_workspaces)}"
         self.world = World(self.workspace)
         self.harness.recorded.clear()
-        self.harness.delivered.clear()
         self.harness.now = T0
-        self.executions: dict[str, Execution] = {}
+        self.harness.runs = itertools.count()
+        self.runs: dict[str, Run] = {}  # ARN → run, in the order they started
         self.keys: list[str] = []
         self.sent: list[Req] = []
         self.admitted: dict[str, str] = {}  # key → operation id
         self.digests: dict[str, str] = {}  # operation id → request digest, once seen
         self.outcomes: dict[str, tuple[str, str | None]] = {}  # settled outcomes, once seen
         self.versions: dict[str, int] = {}
+        self.decided: list[tuple[str, dict[str, Any], str]] = []  # (key, the operation as decided on, decision)
         self.key_counter = itertools.count()
         self.decision_keys = itertools.count()
         self.fresh: Stored | None = None
@@ -787,30 +871,25 @@ class OperationsModel(RuleBasedStateMachine):
         self.fresh = None
         return self.harness.invoke(function, event)
 
-    def collect_started(self) -> None:
-        for name, payload in self.harness.recorded:
-            if name not in self.executions:  # Step Functions: a second start with the same name is the same one
-                self.executions[name] = Execution(name, payload["operationId"], dict(payload))
+    def collect_started(self, *, crashed: bool = False, ordered: bool = True) -> None:
+        """The runs the step started are the model's (operation and attempt, in order unless the step is the sweep,
+        which goes by shard and due time); a crashed step started a prefix of them, and an operation whose start it
+        never reached is left to the sweep (an orphan)."""
+        got = [(payload["operationId"], payload.get("attempt")) for _, payload in self.harness.recorded]
+        want = self.world.starts
+        if not ordered:
+            got, want = sorted(got), sorted(want)
+        if crashed:
+            assert got == want[: len(got)], f"a crashed step started {got}, model {want}"
+            for op_id, _ in want[len(got) :]:
+                self.world.orphans.add(op_id)
+        else:
+            assert got == want, f"started runs {got} != model {want}"
+        for arn, payload in self.harness.recorded:
+            self.runs[arn] = Run(arn, payload["operationId"], dict(payload), dict(payload))
+            self.world.orphans.discard(payload["operationId"])
         self.harness.recorded.clear()
-        assert set(self.executions) == set(self.world.started), (
-            f"started executions {sorted(self.executions)} != model {sorted(self.world.started)}"
-        )
-        self.follow_tokens()
-
-    def follow_tokens(self) -> None:
-        """Step Functions resumes the execution waiting on a token the service used (success: its output is
-        ``$.plan`` and Commit runs next; failure: Settle, with ``$.error``). A token nothing waits on any more (an
-        earlier attempt's, or one whose execution moved on) is InvalidToken: nothing happens."""
-        for delivery in self.harness.delivered:
-            waiting = [e for e in self.executions.values() if e.next == "approve" and e.token == delivery.token]
-            for execution in waiting:
-                if delivery.error is None:
-                    execution.event["plan"] = delivery.payload
-                    execution.next = "commit"
-                else:
-                    execution.event["error"] = {"Error": delivery.error, "Cause": delivery.payload}
-                    execution.next = "settle"
-        self.harness.delivered.clear()
+        self.world.starts.clear()
 
     def new_key(self) -> str:
         key = f"k-{next(self.key_counter)}"
@@ -834,13 +913,37 @@ class OperationsModel(RuleBasedStateMachine):
             return (model.version - 1 if model and model.version > 1 else 7) if model else 7
         return None
 
+    def crashed_step(self, predict: Any, act: Any, k: int, what: str) -> None:
+        """A step (a request, a decision, a sweep action) dies after its k-th AWS call: the store holds the model's
+        state either before it or after it, and the runs it started are a prefix of the model's."""
+        before = copy.deepcopy(self.world)
+        predict(self.world)
+        after = self.world
+        self.fresh = None
+        with crash_after(k) as crash, contextlib.suppress(InjectedCrash):
+            act()
+        event(f"{what} crashed={crash.crashed}")
+        if not crash.crashed:
+            self.collect_started()
+            return
+        stored = self.stored()
+        if not differences(after, stored):
+            self.world = after
+        elif not differences(before, stored):
+            self.world = before
+            self.world.starts.clear()
+        else:
+            raise AssertionError(
+                f"{what} crashed after {crash.calls} and left neither the state before nor after:\n  "
+                + "\n  ".join(differences(after, stored))
+            )
+        self.collect_started(crashed=True)
+
     def request(self, req: Req, *, crash_at: int | None = None) -> Answer:
         """Send one request (optionally crashing its k-th AWS call, then resending it as a client would)."""
-        expected = self.world.admit(req)
         if crash_at is not None:
-            with crash_after(crash_at) as crash, contextlib.suppress(InjectedCrash):
-                self.send(req)
-            event(f"admission crashed={crash.crashed}")
+            self.crashed_step(lambda world: world.admit(req), lambda: self.send(req), crash_at, "admission")
+        expected = self.world.admit(req)
         self.last = f"request {req}"
         response = self.send(req)
         got = Answer(response.status, response.code, (response.body or {}).get("operationId"))
@@ -861,30 +964,35 @@ class OperationsModel(RuleBasedStateMachine):
         self.collect_started()
         return expected
 
-    def run_task(self, execution: Execution, crash_at: int | None = None, route: bool = False) -> None:
-        """One task of an execution, as Step Functions runs it (crash: retry later, or route to Settle)."""
+    def predict_task(self, run: Run) -> tuple[int, bool, bool] | None:
+        """What the model says the run's next task does (applied to the world); raises TaskError as the task would."""
+        step, op_id = run.next, run.op_id
+        attempt = run.event.get("attempt")
+        if step == "plan":
+            return self.world.plan_task(op_id, run.arn, attempt)
+        if step == "consent":
+            self.world.consent_task(op_id, run.arn)
+        elif step == "commit":
+            self.world.commit_task(op_id, int(run.event["plan"]["version"]))
+        else:
+            error = run.event.get("error")
+            self.world.settle_task(op_id, error["Error"] if error else None, attempt, run.arn)
+        return None
+
+    def run_task(self, run: Run, crash_at: int | None = None, route: bool = False, twice: bool = False) -> None:
+        """One task of a run, as Step Functions Express runs it (crash: retry later, or route to Settle; twice: the
+        task's handler runs again with the same input, the second answer is the task's)."""
         world_before = copy.deepcopy(self.world)
-        step, op_id = execution.next, execution.op_id
+        step, op_id = run.next, run.op_id
         predicted_error: str | None = None
-        predicted: tuple[int, bool] | None = None
+        predicted: tuple[int, bool, bool] | None = None
         try:
-            if step == "plan":
-                predicted = self.world.plan_task(op_id)
-            elif step == "consent":
-                self.world.consent_task(op_id)
-            elif step == "commit":
-                self.world.commit_task(op_id, int(execution.event["plan"]["version"]))
-            else:
-                error = execution.event.get("error")
-                self.world.settle_task(op_id, error["Error"] if error else None, execution.event["attempt"])
+            predicted = self.predict_task(run)
         except TaskError as exc:
             predicted_error = exc.name
         world_after = self.world
         function = TASK_FUNCTIONS[step]
-        payload = dict(execution.event)
-        if step == "consent":  # every attempt of the task gets a token of its own
-            execution.tokens += 1
-            payload = consent_input(execution.event, f"tok-{execution.name}-{execution.tokens}")
+        payload = task_input(step, run.event, run.arn)
         crashed = False
         result: Any = None
         raised: BaseException | None = None
@@ -896,7 +1004,8 @@ class OperationsModel(RuleBasedStateMachine):
                 crashed = True
             except Exception as exc:
                 raised = exc
-        event(f"{step}: crash_at={crash_at} crashed={crashed} route={route} state={world_before.ops[op_id].state}")
+        state = world_before.ops[op_id].state
+        event(f"{step}: crash_at={crash_at} crashed={crashed} route={route} twice={twice} state={state}")
         if crashed:
             assert plan is not None
             stored = self.stored()
@@ -909,92 +1018,123 @@ class OperationsModel(RuleBasedStateMachine):
                     f"a crash in {step} of {op_id[:14]} after {plan.calls} left neither the state before nor after:\n  "
                     + "\n  ".join(differences(world_after, stored))
                 )
+            self.world.starts.clear()
             self.last = f"{step} of {op_id[:14]} crashed after {plan.calls}"
-            if route and step != "settle":
-                execution.event["error"] = dict(TRANSIENT_ERROR)
-                execution.next = "settle"
+            if twice:
+                self.run_task(run)  # the same call again, whose answer is the task's
+            elif route and step == "settle":
+                self.lose(run, "SettlementFailed")  # its retries ran out: left to the sweep
+            elif route:
+                run.event["error"] = dict(TRANSIENT_ERROR)
+                run.next = "settle"
             return  # else: Step Functions' Retry runs the same task again
         got_error = type(raised).__name__ if raised is not None else None
         assert got_error == predicted_error, (
             f"{step} of {op_id[:14]} raised {raised!r}; model expects {predicted_error}"
         )
+        self.last = f"{step} of {op_id[:14]} by {run.arn.rsplit(':', 1)[-1]}"
+        self.collect_started()
+        if twice:
+            # the matches_the_model invariant runs between steps only: check the first call's effect here
+            diffs = differences(self.world, self.stored())
+            assert not diffs, f"after the first of two runs of {self.last}:\n  " + "\n  ".join(diffs)
+            self.follow_versions()
+            self.run_task(run)
+            return
         if step == "settle":
             assert raised is None, f"settlement failed: {raised!r}"
-            execution.next = "done"
+            run.next, run.end = "done", "Settled"
+        elif got_error == "ClaimLost" and step != "settle":
+            run.next, run.end = "done", "Duplicate"  # the ASL's Duplicate state: no Settle
         elif raised is not None:
-            execution.event["error"] = error_of(raised)
-            execution.next = "settle"
+            run.event["error"] = error_of(raised)
+            run.next = "settle"
         elif step == "plan":
             assert predicted is not None
-            got = (result["version"], result["needsConsent"])
-            assert got == predicted, f"plan of {op_id[:14]} answered (version, needsConsent) {got}, model {predicted}"
-            assert ("consentWindowSeconds" in result) == result["needsConsent"], result
-            if result["needsConsent"]:
-                assert result["consentWindowSeconds"] == self.world.window, result
-            execution.event["plan"] = result
-            execution.next = "consent" if result["needsConsent"] else "commit"
+            got = (result["version"], result["needsConsent"], result["rejected"])
+            assert got == predicted, (
+                f"plan of {op_id[:14]} answered (version, needsConsent, rejected) {got}, model {predicted}"
+            )
+            run.event["plan"] = result
+            # the ASL's choice: a rejected plan settles (refused consent_rejected), one asking consent records a wait
+            run.next = "settle" if result["rejected"] else "consent" if result["needsConsent"] else "commit"
         elif step == "consent":
-            execution.token = payload["taskToken"]  # the task returned: the execution waits on this token
-            execution.next = "approve"
+            run.next, run.end = "done", "AwaitingConsent"  # the wait is recorded; a decision starts a new run
         else:
-            execution.event["commit"] = result
-            execution.next = "settle"
-        self.last = f"{step} of {op_id[:14]}"
-        self.collect_started()
+            run.event["commit"] = result
+            run.next = "settle"
 
-    def decide(self, execution: Execution, decision: str) -> None:
-        """An owner decides on the plan the execution's operation waits with (over HTTP, never crashed); the
-        service resumes the execution on its token."""
-        assert execution.next == "approve"
-        op_id = execution.op_id
-        expected = self.world.decide(op_id, decision)
+    def lose(self, run: Run, end: str) -> None:
+        """The run ends without settling its operation: if it was the one to run it, the operation is left to the
+        sweep (past its lease)."""
+        run.next, run.end = "done", end
+        self.world.orphans.add(run.op_id)
+
+    def follow_versions(self) -> None:
+        for op_id, op in self.stored().ops.items():
+            self.world.ops[op_id].version = op.version  # follow the fencing counter (asserted monotonic below)
+
+    def decide(self, op_id: str, decision: str, key: str, body: dict[str, Any], crash_at: int | None) -> None:
+        """An owner decides (over HTTP, the decision possibly dying after its k-th AWS call and resent with its
+        key): recorded, it starts a new run of the operation."""
+        if crash_at is not None:
+            self.crashed_step(
+                lambda world: world.decide(op_id, decision, key),
+                lambda: self.harness.decide(self.workspace, body, decision, key),
+                crash_at,
+                "decision",
+            )
+        expected = self.world.decide(op_id, decision, key)
         self.fresh = None
-        key = f"decision-{next(self.decision_keys)}"
-        response = self.harness.decide(self.workspace, op_id, decision, key)
+        response = self.harness.decide(self.workspace, body, decision, key)
         event(f"decide: {decision} → {response.status}")
-        self.last = f"{decision} of {op_id[:14]}"
+        self.last = f"{decision} of {op_id[:14]} (key {key})"
         assert (response.status, response.code) == (expected.status, expected.code), (
             f"{decision} of {op_id[:14]} answered {response.status} {response.body}, model expects {expected}"
         )
-        self.follow_tokens()
-        if response.status == 200:
-            assert execution.next != "approve", f"{decision} of {op_id[:14]} did not resume its execution"
-            if decision == "approve":
-                assert execution.event["plan"]["version"] == self.world.ops[op_id].version, execution.event["plan"]
-        elif execution.next == "approve":
-            # its operation was superseded, and the admission that did it died before failing the wait: nothing
-            # resumes the execution until the consent window ends
-            assert self.world.ops[op_id].state == "settled", self.world.ops[op_id]
-            execution.event["error"] = dict(CONSENT_TIMEOUT)
-            execution.next = "settle"
+        self.collect_started()
 
-    def advance(self, execution: Execution, data: st.DataObject) -> None:
-        """The execution's next step: a task, or (waiting on its token) an owner's decision, or none."""
-        if execution.next != "approve":
-            self.run_task(execution)
+    def live_runs(self) -> list[str]:
+        return [arn for arn, run in self.runs.items() if run.next != "done"]
+
+    def sweep_due(self, crash_at: int | None = None, pick: int = 0) -> None:
+        """The operation sweep: every due shard of the workspace's operations, in-process as the Map runs it; or one
+        due operation's action dying after its k-th AWS call (the sweeper's process dies: nothing catches it)."""
+        due_now = due_operations(self.harness.stack, self.workspace, self.world.now)
+        if crash_at is not None and due_now:
+            op_id = sorted(due_now)[pick % len(due_now)]
+            item = due_now[op_id]
+            self.crashed_step(
+                lambda world: world.sweep(op_id),
+                lambda: sweeps._sweep_operation(item, self.world.now),
+                crash_at,
+                "sweep",
+            )
+            self.last = f"the sweep of {op_id[:14]} crashed"
             return
-        decision = data.draw(DECISIONS, label="decision")
-        if decision != "no decision":
-            self.decide(execution, decision)
-            return
-        # no decision within the consent window: every wait times out (its leases, and all others, expire)
-        self.world.now += self.world.window + 1
+        expected: dict[str, int] = {}
+        for op_id in due_now:
+            outcome = self.world.sweep(op_id)
+            expected[outcome] = expected.get(outcome, 0) + 1
+        counts: dict[str, int] = {}
+        self.fresh = None
+        for shard in sorted({due.shard_of(op_id) for op_id in due_now}):
+            cursor: str | None = None
+            while True:
+                page = sweeps.sweep(DueKind.OPERATION, shard, self.world.now, cursor)
+                for outcome, n in page.counts.items():
+                    counts[outcome] = counts.get(outcome, 0) + n
+                cursor = page.cursor
+                if not cursor:
+                    break
+        event(f"sweep: {sorted(expected.items())}")
+        self.last = f"the sweep at +{self.world.now - T0}s"
+        assert counts == expected, f"the sweep did {counts}, model {expected}"
+        self.collect_started(ordered=False)
+
+    def advance_clock(self, seconds: int) -> None:
+        self.world.now += seconds
         self.harness.now = self.world.now
-        for waiting in self.waiting():
-            waiting.event["error"] = dict(CONSENT_TIMEOUT)
-            waiting.next = "settle"
-        self.last = f"the consent window of {execution.op_id[:14]} ended"
-
-    def live_executions(self) -> list[str]:
-        # in the order they started (op ids are hashes of the workspace: sorting by them would not replay)
-        return [name for name, e in self.executions.items() if e.next != "done"]
-
-    def running_tasks(self) -> list[str]:
-        """Live executions whose next step is a task (not a wait for a decision: the approval is never crashed)."""
-        return [name for name, e in self.executions.items() if e.next not in ("done", "approve")]
-
-    def waiting(self) -> list[Execution]:
-        return [e for e in self.executions.values() if e.next == "approve"]
 
     # -- rules: requests --
 
@@ -1073,31 +1213,121 @@ class OperationsModel(RuleBasedStateMachine):
         req = next(r for r in self.sent if r.key == op.key and r.signature == op.signature)
         self.request(req, crash_at=k)
 
-    # -- rules: executions --
+    # -- rules: runs --
 
-    @precondition(lambda self: self.live_executions())
+    @precondition(lambda self: self.live_runs())
     @rule(data=st.data())
-    def run_execution(self, data: st.DataObject) -> None:
-        execution = self.executions[data.draw(st.sampled_from(self.live_executions()), label="execution")]
-        while execution.next != "done":
-            self.advance(execution, data)
+    def run_to_the_end(self, data: st.DataObject) -> None:
+        run = self.runs[data.draw(st.sampled_from(self.live_runs()), label="run")]
+        while run.next != "done":
+            self.run_task(run)
 
-    @precondition(lambda self: self.live_executions())
+    @precondition(lambda self: self.live_runs())
     @rule(data=st.data())
-    def step_execution(self, data: st.DataObject) -> None:
-        self.advance(self.executions[data.draw(st.sampled_from(self.live_executions()), label="execution")], data)
+    def step_run(self, data: st.DataObject) -> None:
+        self.run_task(self.runs[data.draw(st.sampled_from(self.live_runs()), label="run")])
 
-    @precondition(lambda self: self.running_tasks())
-    @rule(data=st.data(), k=CRASH_POINTS, route=st.booleans())
-    def crash_task(self, data: st.DataObject, k: int, route: bool) -> None:
-        """The next task dies after its k-th AWS call; then Step Functions retries it or routes to Settle."""
-        execution = self.executions[data.draw(st.sampled_from(self.running_tasks()), label="execution")]
-        self.run_task(execution, crash_at=k, route=route)
+    @precondition(lambda self: self.live_runs())
+    @rule(data=st.data(), fault=FAULTS, k=CRASH_POINTS)
+    def task_fault(self, data: st.DataObject, fault: str, k: int) -> None:
+        """What Step Functions Express may do to the next task of a run: it dies after its k-th AWS call and is
+        retried later ("retry") or caught and routed to Settle ("route"; Settle's own retries running out end the
+        run at SettlementFailed); it runs twice, its first call dying after its k-th AWS call or not ("twice",
+        "twice after a crash"), the second's answer the task's; or the 5-minute limit stops the run before it
+        ("stopped")."""
+        run = self.runs[data.draw(st.sampled_from(self.live_runs()), label="run")]
+        if fault == "stopped":
+            self.lose(run, "TimedOut")
+            self.last = f"{run.arn.rsplit(':', 1)[-1]} timed out"
+        elif fault.startswith("twice"):
+            self.run_task(run, crash_at=k if fault == "twice after a crash" else None, twice=True)
+        else:
+            self.run_task(run, crash_at=k, route=fault == "route")
 
-    @rule()
-    def expire_leases(self) -> None:
-        self.world.now += self.world.lease + 1
-        self.harness.now = self.world.now
+    @precondition(lambda self: self.runs)
+    @rule(data=st.data())
+    def duplicate_run_starts(self, data: st.DataObject) -> None:
+        """Express starts a run at least once: a second run with the input of an earlier start (of a run still
+        going or ended, of an operation in flight or settled), interleaved with the others from here on."""
+        twin = self.runs[data.draw(st.sampled_from(list(self.runs)), label="duplicated run")]
+        arn = f"{twin.arn.rsplit(':', 1)[0]}:run-{next(self.harness.runs)}"
+        self.runs[arn] = Run(arn, twin.op_id, dict(twin.start), dict(twin.start))
+        self.last = f"a duplicate of {twin.arn.rsplit(':', 1)[-1]} started as {arn.rsplit(':', 1)[-1]}"
+        event(f"duplicate run of an operation {self.world.ops[twin.op_id].state}")
+
+    # -- rules: consent --
+
+    def awaiting(self) -> list[str]:
+        return sorted(self.world.waits.values())
+
+    def owner_decides(self, data: st.DataObject, decision: str, k: int | None, op_id: str | None = None) -> None:
+        """An owner reads an operation awaiting consent and decides on its plan (the decision may die after its
+        k-th AWS call, and is then resent with its key)."""
+        op_id = op_id or data.draw(st.sampled_from(self.awaiting()), label="awaiting")
+        body = self.harness.operation(self.workspace, op_id)
+        key = f"decision-{next(self.decision_keys)}"
+        self.decided.append((key, body, decision))
+        self.decide(op_id, decision, key, body, k)
+
+    @precondition(lambda self: self.awaiting())
+    @rule(data=st.data(), k=DECISION_CRASHES)
+    def owner_approves(self, data: st.DataObject, k: int | None) -> None:
+        self.owner_decides(data, "approve", k)
+
+    @precondition(lambda self: self.awaiting())
+    @rule(data=st.data(), k=DECISION_CRASHES)
+    def owner_rejects(self, data: st.DataObject, k: int | None) -> None:
+        self.owner_decides(data, "reject", k)
+
+    @precondition(lambda self: self.decided)
+    @rule(data=st.data())
+    def decision_resent(self, data: st.DataObject) -> None:
+        """An owner's earlier decision is sent again with its key (its first answer was lost)."""
+        key, body, decision = data.draw(st.sampled_from(self.decided), label="resent decision")
+        self.decide(body["operationId"], decision, key, body, None)
+
+    # -- rules: time and the sweep --
+
+    @rule(window=st.sampled_from((False, False, False, True)))
+    def time_passes(self, window: bool) -> None:
+        """Every lease ends (or the consent window: nobody decides in time)."""
+        self.advance_clock((self.world.window if window else self.world.lease) + 1)
+        self.last = "the consent window ended" if window else "the leases ended"
+
+    def anything_due(self) -> bool:
+        return any(op.state in IN_FLIGHT and self.world.past_lease(op) for op in self.world.ops.values())
+
+    @precondition(lambda self: self.anything_due())
+    @rule(k=st.sampled_from((None, None, 1, 2)), pick=st.integers(0, 3))
+    def sweep(self, k: int | None, pick: int) -> None:
+        self.sweep_due(k, pick)
+
+    @rule(data=st.data())
+    def converge(self, data: st.DataObject) -> None:
+        """Every run is played to its end; an owner decides on each wait for consent (approves, rejects, or lets
+        the window end); then the clock and the sweep run, until nothing is in flight: each operation settles or is
+        deferred (pending, its client's to resume)."""
+        for _ in range(sweeps.MAX_RESTARTS + 4):
+            for arn in self.live_runs():
+                while self.runs[arn].next != "done":
+                    self.run_task(self.runs[arn])
+            decisions = {op_id: data.draw(CONVERGE_DECISIONS, label="decision") for op_id in self.awaiting()}
+            for op_id, decision in decisions.items():
+                if decision is not None:
+                    self.owner_decides(data, decision, None, op_id)
+            if any(decisions.values()):
+                continue
+            if not any(op.state in IN_FLIGHT for op in self.world.ops.values()):
+                break
+            self.advance_clock((self.world.window if decisions else self.world.lease) + 1)
+            self.sweep_due()
+        stuck = [f"{op.op_id[:14]} {op.state}" for op in self.read_ops() if op.state in IN_FLIGHT]
+        assert not stuck, f"still in flight after every run ended and the sweep ran: {stuck}"
+        self.last = "converged"
+
+    def read_ops(self) -> list[SOp]:
+        self.fresh = None
+        return list(self.stored().ops.values())
 
     # -- invariants (from what is stored) --
 
@@ -1106,8 +1336,7 @@ class OperationsModel(RuleBasedStateMachine):
         stored = self.stored()
         diffs = differences(self.world, stored)
         assert not diffs, f"after {self.last}:\n  " + "\n  ".join(diffs)
-        for op_id, op in stored.ops.items():
-            self.world.ops[op_id].version = op.version  # follow the fencing counter (asserted monotonic below)
+        self.follow_versions()
 
     @invariant()
     def stored_invariants(self) -> None:
@@ -1148,13 +1377,35 @@ class OperationsModel(RuleBasedStateMachine):
                 assert inst_view(row) == inst_view(want), (
                     f"{inst}: stored {inst_view(row)} != plan of the latest succeeded operation {inst_view(want)}"
                 )
-        live_names = {e.name for e in self.executions.values() if e.next != "done"}
         for op in stored.ops.values():
-            if op.state in IN_FLIGHT:
-                assert op.execution_name() in live_names, (
-                    f"{op.operation_id} is {op.state} (attempt {op.attempt}) but no execution runs it"
+            if op.state in RUNNABLE and op.lease_until > self.world.now:
+                assert self.can_run(op), (
+                    f"{op.operation_id} is {op.state} (attempt {op.attempt}, runner {op.runner}) with its lease on "
+                    "but no run can run it, and the model knows of no crash or stop that left it to the sweep; its "
+                    f"runs: {self.runs_of(op.operation_id)}"
                 )
         assert stored.live_count == sum(1 for i in stored.insts.values() if i.is_live)
+
+    def runs_of(self, op_id: str) -> list[tuple[str, str, str | None, int | None]]:
+        return [
+            (arn.rsplit(":", 1)[-1], run.next, run.end, run.event.get("attempt"))
+            for arn, run in self.runs.items()
+            if run.op_id == op_id
+        ]
+
+    def can_run(self, op: SOp) -> bool:
+        """A live run of its attempt that is its runner, or (unclaimed) one that will claim or settle it; or a loss
+        the sweep recovers once the lease ends: a run that could run it stopped (timed out, or Settle's retries ran
+        out), or a crash fell between a write and the start that should have followed it."""
+        if op.operation_id in self.world.orphans:
+            return True
+        return any(
+            run.op_id == op.operation_id
+            and run.next != "done"
+            and run.event.get("attempt") == op.attempt
+            and (run.arn == op.runner or (op.runner is None and run.next in ("plan", "settle")))
+            for run in self.runs.values()
+        )
 
     @invariant()
     def consent_invariants(self) -> None:
@@ -1184,15 +1435,6 @@ class OperationsModel(RuleBasedStateMachine):
                 f"CONSENT#{inst} names {op.operation_id}, which is {op.state} (phase {op.phase})"
             )
             assert op.consent is not None and wait["planDigest"] == op.consent["planDigest"], (wait, op.consent)
-        for execution in self.waiting():
-            op = stored.ops[execution.op_id]
-            if op.state == "settled" and op.superseded_by is not None:
-                continue  # superseded: its wait was failed (or ends with the consent window)
-            wait = stored.waits.get(op.installation_id) or {}
-            assert op.state == "awaiting_consent" and (wait.get("operationId"), wait.get("taskToken")) == (
-                op.operation_id,
-                execution.token,
-            ), f"{execution.name} waits on {execution.token}, but {op.operation_id} is {op.state}, wait {wait}"
 
 
 _workspaces = itertools.count()
@@ -1215,8 +1457,6 @@ def harness(published, monkeypatch) -> Harness:
     stack, caller = published
     harness = Harness(stack, caller)
     monkeypatch.setattr(workflows, "start", harness.start)
-    monkeypatch.setattr(workflows, "send_task_success", harness.send_task_success)
-    monkeypatch.setattr(workflows, "send_task_failure", harness.send_task_failure)
     monkeypatch.setattr(clock, "now", lambda: harness.now)
     return harness
 
@@ -1233,48 +1473,54 @@ def test_operations_against_the_reference_model(harness):
 
 
 def _started(harness: Harness) -> dict[str, Any]:
-    """The input of the execution admission started last (what the state machine would run)."""
-    return dict(harness.recorded[-1][1])
+    """The state of the run started last (what the state machine would run), its ARN as ``runner`` (the
+    ``$$.Execution.Id`` the ASL hands every task)."""
+    arn, payload = harness.recorded[-1]
+    return {**payload, "runner": arn}
 
 
-_tokens = itertools.count()
+def _task(harness: Harness, step: str, event: dict[str, Any]) -> Any:
+    """One task of the run whose state is ``event``, with the input the ASL hands it."""
+    return harness.invoke(TASK_FUNCTIONS[step], task_input(step, event, event["runner"]))
 
 
-def _await_consent(harness: Harness, event: dict[str, Any]) -> str:
-    """The AwaitConsent state's task: record the wait with a token of its own (returned)."""
-    token = f"tok-plain-{next(_tokens)}"
-    assert harness.invoke("ConsentFunction", consent_input(event, token))["waiting"] is True
-    return token
+def _await_consent(harness: Harness, event: dict[str, Any]) -> None:
+    """The AwaitConsent state's task: record the wait (the run then ends)."""
+    assert _task(harness, "consent", event)["waiting"] is True
 
 
-def _through_consent(harness: Harness, workspace_id: str, event: dict[str, Any]) -> None:
-    """If Plan asked consent: the execution waits with a token, an owner approves the plan, and ``$.plan``
-    becomes what the service sent on the token (the approved operation's version), as the AwaitConsent state's
-    ResultPath has it."""
-    if event["plan"]["needsConsent"]:
-        _approve(harness, workspace_id, event, _await_consent(harness, event))
+def _through_consent(harness: Harness, workspace_id: str, event: dict[str, Any]) -> dict[str, Any]:
+    """If Plan asked consent: the run records the wait and ends, an owner approves the plan, and the run the
+    decision starts plans again (no consent asked now). The state of the run that goes on to Commit."""
+    if not event["plan"]["needsConsent"]:
+        return event
+    _await_consent(harness, event)
+    return _approve(harness, workspace_id, event["operationId"])
 
 
-def _approve(harness: Harness, workspace_id: str, event: dict[str, Any], token: str) -> None:
-    """An owner approves the plan the operation waits with; ``$.plan`` = what the service sent on ``token``."""
-    decided = harness.decide(workspace_id, event["operationId"], "approve", f"approve-{token}")
+def _approve(harness: Harness, workspace_id: str, op_id: str) -> dict[str, Any]:
+    """An owner approves the plan the operation waits with; the decision starts a new run, which plans (the
+    recorded plan, approved): its state, ready for Commit."""
+    harness.recorded.clear()
+    decided = harness.decide(workspace_id, harness.operation(workspace_id, op_id), "approve", f"approve-{op_id}")
     assert decided.status == 200, decided.body
-    (delivered,) = [d for d in harness.delivered if d.token == token]
-    assert delivered.error is None, delivered
-    event["plan"] = delivered.payload
+    assert [payload["operationId"] for _, payload in harness.recorded] == [op_id], "the decision started no run"
+    event = _started(harness)
+    event["plan"] = _task(harness, "plan", event)
+    assert event["plan"]["needsConsent"] is False, event["plan"]
+    return event
 
 
-def _waiting_for_consent(
-    harness: Harness, workspace_id: str, version: str, key: str
-) -> tuple[str, dict[str, Any], str]:
-    """Install hello@``version`` as ``key``: Plan asks consent and the execution waits with a token. Returns the
-    operation id, the execution's input and the token."""
+def _waiting_for_consent(harness: Harness, workspace_id: str, version: str, key: str) -> tuple[str, dict[str, Any]]:
+    """Install hello@``version`` as ``key``: Plan asks consent and the run records the wait. Returns the operation
+    id and the run's state."""
     admitted = harness.send(workspace_id, Req("app", "put", version, "owner", None, key))
     assert admitted.status == 202, admitted.body
     event = _started(harness)
-    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    event["plan"] = _task(harness, "plan", event)
     assert event["plan"]["needsConsent"], event["plan"]
-    return admitted.body["operationId"], event, _await_consent(harness, event)
+    _await_consent(harness, event)
+    return admitted.body["operationId"], event
 
 
 def _deferred(
@@ -1285,38 +1531,38 @@ def _deferred(
     commit_crashes_after: int | None,
     settle_dies_after_its_write: bool = False,
 ) -> dict[str, Any]:
-    """Install hello@1.0.0 as ``key``; Plan runs (it asks consent for api_read: an owner approves); Commit dies
-    (after its k-th AWS call, or before it starts); the Catch routes to Settle with a transient error, which defers
-    the operation to pending (optionally dying right after that write, so that Step Functions' Retry runs Settle
-    again with the same input)."""
+    """Install hello@1.0.0 as ``key``; Plan runs (it asks consent for api_read: an owner approves, and the run the
+    decision starts plans again); Commit dies (after its k-th AWS call, or before it starts); the Catch routes to
+    Settle with a transient error, which defers the operation to pending (optionally dying right after that write,
+    so that Step Functions' Retry runs Settle again with the same input). The state of the run that deferred it."""
     admitted = harness.send(workspace_id, Req("app", "put", "1.0.0", "owner", None, key))
     assert admitted.status == 202, admitted.body
     event = _started(harness)
-    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    event["plan"] = _task(harness, "plan", event)
     assert event["plan"]["needsConsent"], event["plan"]
-    _through_consent(harness, workspace_id, event)
+    event = _through_consent(harness, workspace_id, event)
     if commit_crashes_after is not None:
         with crash_after(commit_crashes_after) as crash, contextlib.suppress(InjectedCrash):
-            harness.invoke("CommitFunction", dict(event))
+            _task(harness, "commit", event)
         assert crash.crashed
     event["error"] = dict(TRANSIENT_ERROR)
     if settle_dies_after_its_write:
         with crash_after(2) as crash, contextlib.suppress(InjectedCrash):  # BatchGetItem, TransactWriteItems
-            harness.invoke("SettlementFunction", dict(event))
+            _task(harness, "settle", event)
         assert crash.crashed
-    harness.invoke("SettlementFunction", dict(event))
+    _task(harness, "settle", event)
     return event
 
 
 def _run_to_the_end(harness: Harness, workspace_id: str, event: dict[str, Any]) -> None:
     event = {k: v for k, v in event.items() if k not in ("plan", "commit", "error")}
     try:
-        event["plan"] = harness.invoke("PlanningFunction", dict(event))
-        _through_consent(harness, workspace_id, event)
-        event["commit"] = harness.invoke("CommitFunction", dict(event))
+        event["plan"] = _task(harness, "plan", event)
+        event = _through_consent(harness, workspace_id, event)
+        event["commit"] = _task(harness, "commit", event)
     except Exception as exc:
         event["error"] = error_of(exc)
-    harness.invoke("SettlementFunction", dict(event))
+    _task(harness, "settle", event)
 
 
 def test_a_retried_settle_of_a_deferral_keeps_the_operation_resumable(harness):
@@ -1338,11 +1584,13 @@ def test_a_retried_settle_of_a_deferral_keeps_the_operation_resumable(harness):
     assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final
 
 
-def test_a_resume_whose_admission_dies_before_starting_is_started_by_the_next_retry(harness):
+def test_a_resume_whose_admission_dies_before_starting_is_restarted_by_the_sweep_past_its_lease(harness):
     """A pending operation (deferred while planned) is resumed by the client's retry; admission dies after the
-    resume's write and before StartExecution. The client's resend must start the resumed execution (it used to
-    restart only ``admitted`` operations, so one resumed into planned or committed stayed in flight with no
-    execution, holding the slot, until its lease expired and someone sent the same intent)."""
+    resume's write and before StartExecution. With Express no execution can be looked up, and a resend replays an
+    in-flight operation without starting it (only an ``admitted`` one is started again): the resumed operation has no
+    run until its lease (renewed by the resume) ends; then the sweep restarts it, and that run settles it. (Under
+    Standard, the resend started the resumed execution by name, ``<op>-1``: it used to restart only ``admitted``
+    operations, so one resumed into planned stayed in flight with no execution until someone sent the same intent.)"""
     ws = f"ws-plain-{next(_workspaces)}"
     event = _deferred(harness, ws, "k-1", commit_crashes_after=1)
     op_id = event["operationId"]
@@ -1351,9 +1599,20 @@ def test_a_resume_whose_admission_dies_before_starting_is_started_by_the_next_re
         harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-1"))
     assert crash.crashed and harness.recorded == []
     resent = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-1"))
-
     assert (resent.status, resent.body["state"], resent.body["attempt"]) == (202, "planned", 1), resent.body
-    assert [name for name, _ in harness.recorded] == [f"{op_id}-1"], "no execution runs the resumed operation"
+    assert harness.recorded == [], "a resend of a planned operation started a run"
+
+    resumed = workspace.get_operation(TENANT, ws, op_id)
+    assert resumed is not None
+    assert sweeps.sweep(DueKind.OPERATION, due.shard_of(op_id), resumed.lease_until - 1).counts == {}
+    swept = sweeps.sweep(DueKind.OPERATION, due.shard_of(op_id), resumed.lease_until)
+    assert swept.counts == {"started": 1}, swept.counts
+    assert [(payload["operationId"], payload["attempt"]) for _, payload in harness.recorded] == [(op_id, 1)]
+    restarted = workspace.get_operation(TENANT, ws, op_id)
+    assert restarted is not None and (str(restarted.state), restarted.restarts) == ("planned", 1), restarted
+    _run_to_the_end(harness, ws, _started(harness))
+    final = workspace.get_operation(TENANT, ws, op_id)
+    assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final
 
 
 @pytest.mark.parametrize("how", ["pending", "lease expired"])
@@ -1371,9 +1630,9 @@ def test_superseding_an_operation_that_already_committed_does_not_report_it_canc
         admitted = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-a"))
         assert admitted.status == 202, admitted.body
         event = _started(harness)
-        event["plan"] = harness.invoke("PlanningFunction", dict(event))
-        _through_consent(harness, ws, event)
-        event["commit"] = harness.invoke("CommitFunction", dict(event))
+        event["plan"] = _task(harness, "plan", event)
+        event = _through_consent(harness, ws, event)
+        event["commit"] = _task(harness, "commit", event)
         harness.now += limits().operation_lease_seconds + 1  # Settle has not run when the lease expires
         superseding = Req("app", "put", "1.0.0", "owner", 1, "k-b")  # the same intent
     op_a = event["operationId"]
@@ -1398,10 +1657,10 @@ def test_an_uninstall_of_nothing_supersedes_a_pending_holder_and_frees_the_slot(
     admitted = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-a"))
     assert admitted.status == 202, admitted.body
     event = _started(harness)
-    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    event["plan"] = _task(harness, "plan", event)
     assert event["plan"]["needsConsent"], event["plan"]
     _await_consent(harness, event)
-    harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})  # the wait deferred
+    _task(harness, "settle", {**event, "error": dict(TRANSIENT_ERROR)})  # the wait deferred
     op_a = admitted.body["operationId"]
 
     uninstalled = harness.send(ws, Req("app", "delete", None, "owner", None, "k-b"))
@@ -1428,10 +1687,10 @@ def test_an_uninstall_of_nothing_supersedes_a_pending_holder_and_frees_the_slot(
 def test_a_wait_for_consent_deferred_by_settle_asks_again_when_resumed(harness):
     """The Consent task's write lands and the task dies; the Catch routes to Settle with a transient error: the
     operation is deferred in phase planned (not awaiting_consent). The client's retry resumes it, Plan answers the
-    recorded plan, which asks consent again; the new wait (new token, new deadline) is approved and commits."""
+    recorded plan, which asks consent again; the new wait (new deadline) is approved and commits."""
     ws = f"ws-plain-{next(_workspaces)}"
-    op_id, event, _ = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
-    harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})
+    op_id, event = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
+    _task(harness, "settle", {**event, "error": dict(TRANSIENT_ERROR)})
     deferred = workspace.get_operation(TENANT, ws, op_id)
     assert deferred is not None and (str(deferred.state), deferred.phase) == ("pending", "planned"), deferred
 
@@ -1439,18 +1698,18 @@ def test_a_wait_for_consent_deferred_by_settle_asks_again_when_resumed(harness):
     resumed = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
     assert (resumed.status, resumed.body["state"], resumed.body["attempt"]) == (202, "planned", 1), resumed.body
     event = _started(harness)
-    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    event["plan"] = _task(harness, "plan", event)
     assert event["plan"]["needsConsent"], event["plan"]
-    token = _await_consent(harness, event)
+    _await_consent(harness, event)
     waiting = workspace.get_operation(TENANT, ws, op_id)
     assert waiting is not None and waiting.consent is not None and str(waiting.state) == "awaiting_consent"
     deadline = harness.now + limits().consent_window_seconds
     assert waiting.consent.deadline == deadline, waiting.consent
     slot = workspace.get_slot(TENANT, ws, "app")
     assert slot is not None and slot.lease_until == deadline, slot
-    _approve(harness, ws, event, token)
-    event["commit"] = harness.invoke("CommitFunction", dict(event))
-    harness.invoke("SettlementFunction", dict(event))
+    event = _approve(harness, ws, op_id)
+    event["commit"] = _task(harness, "commit", event)
+    _task(harness, "settle", event)
     final = workspace.get_operation(TENANT, ws, op_id)
     assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final
     assert final.consent is not None and final.consent.decision == "approve"
@@ -1467,10 +1726,10 @@ def test_a_deferred_wait_for_consent_is_no_longer_listed_as_waiting(harness):
     admitted = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-1"))
     assert admitted.status == 202, admitted.body
     event = _started(harness)
-    event["plan"] = harness.invoke("PlanningFunction", dict(event))
+    event["plan"] = _task(harness, "plan", event)
     _await_consent(harness, event)
-    harness.invoke("SettlementFunction", {**event, "error": dict(TRANSIENT_ERROR)})
-    decided = harness.decide(ws, admitted.body["operationId"], "approve", "k-approve")
+    _task(harness, "settle", {**event, "error": dict(TRANSIENT_ERROR)})
+    decided = harness.decide(ws, harness.operation(ws, admitted.body["operationId"]), "approve", "k-approve")
     assert (decided.status, decided.code) == (409, "stale_authority"), decided.body
 
     listed = harness.caller.get(f"/v1/workspaces/{ws}/approvals")
@@ -1482,31 +1741,56 @@ def test_a_deferred_wait_for_consent_is_no_longer_listed_as_waiting(harness):
 def test_a_retried_settle_of_an_earlier_attempt_leaves_the_resumed_attempt_alone(harness):
     """Attempt 0 waits for consent; its Consent task dies after its write and the Catch routes to Settle, which
     defers the operation and dies right after that write. Before Step Functions' Retry runs that Settle again, the
-    client resumes the operation: attempt 1 plans and waits for consent with a token of its own. The retried Settle
-    of attempt 0 must not touch attempt 1 (it used to defer it again: attempt 1's execution waited on a token whose
-    wait was gone, found by the reference model as "waits on tok-…, but op is pending, wait {}")."""
+    client resumes the operation: attempt 1 plans and waits for consent. The retried Settle of attempt 0 must not
+    touch attempt 1 (it used to defer it again: attempt 1's execution waited on a task token whose wait was gone,
+    found by the reference model as "waits on tok-…, but op is pending, wait {}"; with Express there is no token,
+    and the wait itself must stay)."""
     ws = f"ws-plain-{next(_workspaces)}"
-    op_id, first, _ = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
+    op_id, first = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
     first["error"] = dict(TRANSIENT_ERROR)
     with crash_after(2) as crash, contextlib.suppress(InjectedCrash):  # BatchGetItem, TransactWriteItems (defer)
-        harness.invoke("SettlementFunction", dict(first))
+        _task(harness, "settle", first)
     assert crash.crashed
 
     resumed = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
     assert (resumed.status, resumed.body["attempt"]) == (202, 1), resumed.body
     second = _started(harness)
-    second["plan"] = harness.invoke("PlanningFunction", dict(second))
-    token = _await_consent(harness, second)
+    second["plan"] = _task(harness, "plan", second)
+    _await_consent(harness, second)
     waiting = workspace.get_operation(TENANT, ws, op_id)
     assert waiting is not None and str(waiting.state) == "awaiting_consent"
 
-    retried = harness.invoke("SettlementFunction", dict(first))  # Step Functions' Retry of attempt 0's Settle
+    retried = _task(harness, "settle", first)  # Step Functions' Retry of attempt 0's Settle
     assert retried["settled"] is False, retried
     after = workspace.get_operation(TENANT, ws, op_id)
     assert after == waiting, "the retried Settle of attempt 0 changed attempt 1"
     assert [i["sk"] for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")] == ["CONSENT#app"]
-    _approve(harness, ws, second, token)
-    second["commit"] = harness.invoke("CommitFunction", dict(second))
-    harness.invoke("SettlementFunction", dict(second))
+    third = _approve(harness, ws, op_id)
+    third["commit"] = _task(harness, "commit", third)
+    _task(harness, "settle", third)
     final = workspace.get_operation(TENANT, ws, op_id)
     assert final is not None and final.outcome is not None and final.outcome.result == "succeeded", final
+
+
+def test_a_wait_for_consent_resumed_past_its_deadline_by_its_key_is_no_longer_listed(harness):
+    """An operation waits for consent; nobody decides and its deadline passes before the sweep settles it; the
+    client resends with its key, which resumes it as a new attempt, planned (it asks consent again). The old wait
+    must go with the resume (found by the reference model as "CONSENT#… names op-…, which is planned": it stayed
+    listed by GET …/approvals and a decision on it answered 409); the resumed run records a new wait, with a new
+    deadline."""
+    ws = f"ws-plain-{next(_workspaces)}"
+    op_id, _ = _waiting_for_consent(harness, ws, "1.1.0", "k-1")
+    harness.now += limits().consent_window_seconds + 1
+    resumed = harness.send(ws, Req("app", "put", "1.1.0", "owner", None, "k-1"))
+    assert (resumed.status, resumed.body["state"], resumed.body["attempt"]) == (202, "planned", 1), resumed.body
+    assert not [i for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")]
+    listed = harness.caller.get(f"/v1/workspaces/{ws}/approvals")
+    assert listed.status == 200 and listed.body["items"] == [], listed.body
+
+    event = _started(harness)
+    assert event["attempt"] == 1, event
+    event["plan"] = _task(harness, "plan", event)
+    assert event["plan"]["needsConsent"], event["plan"]
+    _await_consent(harness, event)
+    (wait,) = [i for i in workspace_items(harness.stack, ws) if i["sk"].startswith("CONSENT#")]
+    assert (wait["operationId"], wait["deadline"]) == (op_id, harness.now + limits().consent_window_seconds), wait
