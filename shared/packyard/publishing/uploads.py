@@ -219,7 +219,9 @@ def expire_if_due(upload: Upload) -> Upload:
 
 @tracer.capture_method(capture_response=False)
 def complete_upload(tenant: str, upload_id: str) -> Upload:
-    """Start verification (execution name = upload id). A repeat returns the same execution."""
+    """Start verification (execution name = upload id). A repeat on a session still verifying starts another run
+    (Express does not deduplicate names; every task is fenced on the session, so the duplicate is harmless, and a
+    complete that died before StartExecution is started by its client's retry)."""
     logger.append_keys(tenant=tenant, uploadId=upload_id)
     upload = expire_if_due(catalog.get_upload(tenant, upload_id))
     if upload.state is UploadState.EXPIRED:
