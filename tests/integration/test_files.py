@@ -291,3 +291,26 @@ def test_a_caller_holding_the_files_etag_gets_304_and_no_bytes_are_read(acme) ->
     assert _headers(held)["etag"] == etag
     assert counted[("s3", "GetObject")] == 0  # the manifest is kept; the pack is not read for a 304
     assert stale["statusCode"] == 200 and _body(stale) == b"# skill\n"
+
+
+def test_a_small_archive_has_no_pack_and_its_files_are_read_from_the_archive_verified(acme, stack) -> None:
+    # Given a small package (no file above the inline size, the archive under PACKED_ARCHIVE_MIN_BYTES)
+    built = build_from_files({"SKILL.md": b"# tiny\n", "src/a.py": b"a = 1\n"})
+    assert not file_pack.packs(len(built.archive), [7, 6])
+    _published(acme, "tiny", "1.0.0", built)
+
+    # Then the publish wrote no pack, and each file reads byte for byte from the archive
+    from tests.support.callers import all_keys
+
+    assert all_keys(stack, f"files/t-acme/{built.archive_sha256}/") == []
+    assert _read(acme, "/v1/packages/tiny/versions/1.0.0", "src/a.py") == b"a = 1\n"
+
+    # And bytes altered in the stored archive are still refused and mark the release, as the pack's are
+    key = f"blobs/t-acme/sha256/{built.archive_sha256}"
+    altered = build_from_files({"SKILL.md": b"# tinY\n", "src/a.py": b"a = 1\n"}).archive
+    _s3(stack).put_object(Bucket=stack.bucket_name, Key=key, Body=altered)
+    answer = _get_file(acme, "/v1/packages/tiny/versions/1.0.0/files/SKILL.md")
+
+    assert answer["statusCode"] == 409, answer
+    assert '"release_unavailable"' in _body(answer).decode()
+    assert _release_item(stack, "tiny", "1.0.0")["status"]["S"] == "unavailable"

@@ -34,6 +34,7 @@ The report (per function: actions observed; per role: grants unused) is printed 
 from __future__ import annotations
 
 import json
+import random
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ from packyard import clock, config
 from packyard.consent import waiting as consent_waiting
 from packyard.errors import TransientStoreError
 from packyard.operations import commit, settlement
-from packyard.publishing import resumption, verification
+from packyard.publishing import file_pack, resumption, verification
 from packyard.store import aws, workflows
 from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
@@ -165,15 +166,20 @@ def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
 
     s3 = aws.client("s3")
     s3.meta.events.register("after-call.s3.CopyObject", bad_checksum, unique_id="iam-bad-checksum")
+    # an archive large enough to have a file pack (file_pack.packs), so the orphan's pack is asked for below
+    packed = build_from_files(
+        {"SKILL.md": b"v1.2\n", "data.bin": random.Random(12).randbytes(file_pack.PACKED_ARCHIVE_MIN_BYTES + 1)},
+        permissions=[API_READ],
+    )
     try:
-        refused = acme.publish("hello", "1.2.0", _v(b"v1.2\n"))
+        refused = acme.publish("hello", "1.2.0", packed)
     finally:
         s3.meta.events.unregister("after-call.s3.CopyObject", unique_id="iam-bad-checksum")
     assert tampered == ["once"]
     assert (refused["state"], refused["rejection"]["subCode"]) == ("rejected", "digest_mismatch")
     # the same content again: its blob records are the refused publish's orphans, so Publish asks S3 whether their
     # objects are there before writing them (the archive blob's HEAD and its pack's: both 404, the bad copy is gone)
-    assert acme.publish("hello", "1.2.0", _v(b"v1.2\n"))["state"] == "published"
+    assert acme.publish("hello", "1.2.0", packed)["state"] == "published"
 
     # the staged archive vanishes between complete and verification: Verify reads a 404 and rejects the upload
     vanishing = _v(b"vanishing\n")

@@ -86,4 +86,10 @@ def test_a_broken_archive_read_while_packing_is_transient_never_a_rejection(monk
     )
 
     with pytest.raises(TransientStoreError):
-        file_pack.write_file_pack("t-x", built.archive_sha256, parse_manifest(built.manifest, Limits()), replace=False)
+        file_pack.write_file_pack(  # an archive that gets a pack (above the size below which none is written)
+            "t-x",
+            built.archive_sha256,
+            parse_manifest(built.manifest, Limits()),
+            archive_size=file_pack.PACKED_ARCHIVE_MIN_BYTES + 1,
+            replace=False,
+        )

@@ -16,7 +16,7 @@ import json
 import struct
 import tarfile
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO
 
@@ -27,6 +27,10 @@ from packyard.store import blobs, file_packs
 
 INLINE_MAX_BYTES = 4 * MiB
 """Largest file kept in the pack and answered inline: base64 makes it 5.6 MB, under Lambda's 6 MB response."""
+PACKED_ARCHIVE_MIN_BYTES = 1 * MiB
+"""An archive at most this large, with no file above ``INLINE_MAX_BYTES``, gets no pack: a file read streams the archive
+up to the member in one GET (as for a release from before packs), which for such a size costs no more than the
+pack's index and ranged read, and the publish saves the pack's PUT and its re-read of the archive."""
 INDEX_VERSION = 1
 TRAILER = struct.Struct(">4sQ")
 MAGIC = b"PYFP"
@@ -78,13 +82,22 @@ def decode_index(tail: bytes) -> PackIndex:
     return PackIndex(offsets=offsets, objects=objects)
 
 
-def write_file_pack(tenant: str, archive_sha256: str, manifest: Manifest, *, replace: bool) -> bool:
-    """Write the pack and the large-file objects of the stored archive blob (already verified and copied). Without
-    ``replace``, a pack already stored is kept (its writer crashed after it, or another release has the same
-    archive): the pack object is written last, so its presence means the large files are in too. True when written.
+def packs(archive_size: int, file_sizes: Iterable[int]) -> bool:
+    """Whether an archive of this size with files of these sizes has a file pack (publish and the file routes decide
+    alike): one above ``PACKED_ARCHIVE_MIN_BYTES``, or holding a file too large to answer inline."""
+    return archive_size > PACKED_ARCHIVE_MIN_BYTES or any(size > INLINE_MAX_BYTES for size in file_sizes)
+
+
+def write_file_pack(tenant: str, archive_sha256: str, manifest: Manifest, *, archive_size: int, replace: bool) -> bool:
+    """Write the pack and the large-file objects of the stored archive blob (already verified and copied), unless the
+    archive is one that has none (``packs``). Without ``replace``, a pack already stored is kept (its writer crashed
+    after it, or another release has the same archive): the pack object is written last, so its presence means the
+    large files are in too. True when written.
 
     The archive's members are re-hashed against the manifest as they are copied: what the pack holds is what the
     manifest pins, whatever happened to the stored object since verification."""
+    if not packs(archive_size, (entry.size for entry in manifest.files)):
+        return False
     key = file_packs.pack_key(tenant, archive_sha256)
     if not replace and file_packs.exists(key):
         return False

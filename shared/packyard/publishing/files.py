@@ -166,7 +166,8 @@ def _release_file(tenant: str, release: Release, path: str, held: Held = NOTHING
         return ReleaseFile(release.package, release.version, entry.path, entry.size, entry.sha256, not_modified=True)
     if entry.size > file_pack.INLINE_MAX_BYTES:
         return _large_file(tenant, release, entry)
-    content = _small_file_bytes(tenant, release, entry)
+    packed = file_pack.packs(release.archive_size, (known.size for known in _files_of(tenant, release).values()))
+    content = _small_file_bytes(tenant, release, entry, packed=packed)
     return ReleaseFile(release.package, release.version, entry.path, entry.size, entry.sha256, content=content)
 
 
@@ -187,9 +188,12 @@ def _files_of(tenant: str, release: Release) -> dict[str, FileEntry]:
     return files
 
 
-def _small_file_bytes(tenant: str, release: Release, entry: FileEntry) -> bytes:
+def _small_file_bytes(tenant: str, release: Release, entry: FileEntry, *, packed: bool) -> bytes:
+    """``packed``: the release's archive has a pack by the publish's rule (a small archive has none: it is read)."""
     if entry.size == 0:
         return _checked(tenant, release, entry, b"")
+    if not packed:
+        return _checked(tenant, release, entry, _from_archive(tenant, release, entry))
     located = _pack_index(tenant, release)
     if located is None:
         return _checked(tenant, release, entry, _from_archive(tenant, release, entry))

@@ -262,4 +262,6 @@ def _store_blobs(
             )
         staged = blobs.staged_archive_key(tenant, upload.upload_id, upload.token)
         blobs.copy_verified(staged, str(verified.get("archiveEtag", "")), target, upload.archive_sha256)
-    file_pack.write_file_pack(tenant, upload.archive_sha256, parsed, replace=replacing or unasked)
+    file_pack.write_file_pack(
+        tenant, upload.archive_sha256, parsed, archive_size=upload.archive_size, replace=replacing or unasked
+    )
