@@ -1302,11 +1302,15 @@ class OperationsModel(RuleBasedStateMachine):
     def sweep(self, k: int | None, pick: int) -> None:
         self.sweep_due(k, pick)
 
+    @precondition(lambda self: self.live_runs() or any(op.state in IN_FLIGHT for op in self.world.ops.values()))
     @rule(data=st.data())
     def converge(self, data: st.DataObject) -> None:
         """Every run is played to its end; an owner decides on each wait for consent (approves, rejects, or lets
         the window end); then the clock and the sweep run, until nothing is in flight: each operation settles or is
-        deferred (pending, its client's to resume)."""
+        deferred (pending, its client's to resume). One run may time out first (its operation left to the sweep's
+        restarts)."""
+        if self.live_runs() and data.draw(st.booleans(), label="a run times out first"):
+            self.lose(self.runs[data.draw(st.sampled_from(self.live_runs()), label="timed out")], "TimedOut")
         for _ in range(sweeps.MAX_RESTARTS + 4):
             for arn in self.live_runs():
                 while self.runs[arn].next != "done":
