@@ -1325,7 +1325,13 @@ class OperationsModel(RuleBasedStateMachine):
                 break
             self.advance_clock((self.world.window if decisions else self.world.lease) + 1)
             self.sweep_due()
-        stuck = [f"{op.op_id[:14]} {op.state}" for op in self.read_ops() if op.state in IN_FLIGHT]
+        due_now = due_operations(self.harness.stack, self.workspace, self.world.now)
+        stuck = [
+            f"{op.operation_id[:14]} {op.state} (restarts {op.restarts}, lease +{op.lease_until - self.world.now}s, "
+            f"{'due' if op.operation_id in due_now else 'not due'})"
+            for op in self.read_ops()
+            if op.state in IN_FLIGHT
+        ]
         assert not stuck, f"still in flight after every run ended and the sweep ran: {stuck}"
         self.last = "converged"
 
