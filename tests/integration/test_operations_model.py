@@ -1315,7 +1315,9 @@ class OperationsModel(RuleBasedStateMachine):
             for arn in self.live_runs():
                 while self.runs[arn].next != "done":
                     self.run_task(self.runs[arn])
-            decisions = {op_id: data.draw(CONVERGE_DECISIONS, label="decision") for op_id in self.awaiting()}
+            # a wait past its deadline takes no decision (409): the sweep settles it
+            open_waits = [op_id for op_id in self.awaiting() if not self.world.past_lease(self.world.ops[op_id])]
+            decisions = {op_id: data.draw(CONVERGE_DECISIONS, label="decision") for op_id in open_waits}
             for op_id, decision in decisions.items():
                 if decision is not None:
                     self.owner_decides(data, decision, None, op_id)
@@ -1323,7 +1325,7 @@ class OperationsModel(RuleBasedStateMachine):
                 continue
             if not any(op.state in IN_FLIGHT for op in self.world.ops.values()):
                 break
-            self.advance_clock((self.world.window if decisions else self.world.lease) + 1)
+            self.advance_clock((self.world.window if self.awaiting() else self.world.lease) + 1)
             self.sweep_due()
         due_now = due_operations(self.harness.stack, self.workspace, self.world.now)
         stuck = [
