@@ -204,7 +204,15 @@ def resume(op: Operation, phase: OperationState | None = None) -> Operation:
         }
     )
     try:
-        resumed = workspace.transition(op, resumed, slot_lease=resumed.lease_until, slot_pending=False)
+        # a wait for consent resumed past its deadline by its key plans again: its wait record goes with it (else the
+        # approvals list would still show it, and a decision on it would find no operation waiting)
+        resumed = workspace.transition(
+            op,
+            resumed,
+            slot_lease=resumed.lease_until,
+            slot_pending=False,
+            drop_consent_wait=op.state is OperationState.AWAITING_CONSENT,
+        )
     except ClaimLost:
         current = workspace.get_operation(op.tenant, op.workspace, op.operation_id)
         if current is None:
