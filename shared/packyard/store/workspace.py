@@ -421,7 +421,7 @@ def admit(
         items.append(_installation_is(op.tenant, op.workspace, op.installation_id, baseline_version))
         if superseding is not None:
             items.append(_supersede(op, superseding, now))
-            # a superseded operation's consent wait (if any) goes with it: its token is no longer honoured
+            # a superseded operation's consent wait (if any) goes with it: no decision can reach it any more
             cpk, csk = consent_key(op.tenant, op.workspace, op.installation_id)
             items.append({"Delete": {"TableName": table_name(), "Key": key(cpk, csk)}})
     try:
