@@ -494,6 +494,14 @@ def runs(machine: str | None = None, name: str | None = None) -> list[ExpressRun
     return found
 
 
+def history(arn: str) -> list[dict[str, Any]]:
+    """The events of the Express run ``arn`` (what its CloudWatch Logs would hold; GetExecutionHistory has none)."""
+    for _, execution in _express_executions():
+        if execution.exec_arn == arn:
+            return list(execution.to_history_output()["events"])
+    raise KeyError(f"no Express run {arn}")
+
+
 def is_express_machine(name_or_arn: str) -> bool:
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 

@@ -349,7 +349,8 @@ def test_given_an_operation_whose_sweep_keeps_failing_then_it_is_backed_off_then
     def unreachable(*args: object) -> str:
         raise TransientStoreError("Step Functions is unavailable, retry")
 
-    monkeypatch.setattr(workflow, "status", unreachable)
+    # the sweep's action on an operation past its lease is a restart (its write, then StartExecution): it fails
+    monkeypatch.setattr(workflow, "restart", unreachable)
     now = clock.now() + HOUR
     for _ in range(limits().sweep_max_attempts - 1):
         assert sweep_kinds((DueKind.OPERATION,), now)["backed_off"] == 1

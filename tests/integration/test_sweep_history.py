@@ -5,7 +5,9 @@ page after page until nothing was due failed its execution above ~3,500 pages (a
 page). The Map item now stops after 40 pages a run (the rest stays due for the next scheduled run): 32 shards x 40
 pages x at most 16 events a page (3 retries add 3 events each) is 20,480. Here the page size is 1, so 4,000 items are
 the 4,000 pages of a 200,000-item backlog at the deployed 50 (the old definition's one run: ~28,000 events).
-The execution's history is counted with GetExecutionHistory.
+The maintenance machine is Express now: its runs have no GetExecutionHistory and no 25,000-event limit, but at most
+5 minutes each, and the same page bound is what keeps a run's work (and so its duration) bounded. The run's events
+are read as its CloudWatch Logs would show them (``devstack.express.history``), and the bound is still checked.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import boto3
 import pytest
 
 import devstack
+from devstack import express
 from packyard import clock
 from packyard.maintenance import jobs, sweeps
 from packyard.store import due
@@ -38,12 +41,7 @@ def _run(stack: devstack.Stack, at: int) -> tuple[dict[str, Any], list[dict[str,
         stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
     )
     finished = devstack.wait_for_execution(started["executionArn"], timeout=600)
-    history = [
-        e
-        for page in sfn.get_paginator("get_execution_history").paginate(executionArn=started["executionArn"])
-        for e in page["events"]
-    ]
-    return finished, history
+    return finished, express.history(started["executionArn"])
 
 
 def _due_jobs(now: int) -> int:

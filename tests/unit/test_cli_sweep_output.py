@@ -25,11 +25,10 @@ OUTPUT = {
 
 
 class FakeStepFunctions:
-    def start_execution(self, **kwargs: Any) -> dict[str, Any]:
-        return {"executionArn": "arn:execution"}
+    """The maintenance machine is Express: the CLI starts it with StartSyncExecution, answered once it stopped."""
 
-    def describe_execution(self, **kwargs: Any) -> dict[str, Any]:
-        return {"status": "SUCCEEDED", "output": json.dumps(OUTPUT)}
+    def start_sync_execution(self, **kwargs: Any) -> dict[str, Any]:
+        return {"executionArn": "arn:express", "status": "SUCCEEDED", "output": json.dumps(OUTPUT)}
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, output: str | None) -> tuple[int, str, str]:
