@@ -373,8 +373,6 @@ def _sync_endpoint(*, add: bool) -> None:
 def _start_sync_execution(self: Any) -> Any:
     """StartSyncExecution (Express only, as on AWS): start a run and answer when it has stopped, with its status,
     output or error. Moto has none (its parser provider does, its HTTP layer does not route it)."""
-    import json
-
     from moto.core.responses import ActionResult
 
     arn = self._get_param("stateMachineArn")
@@ -386,22 +384,7 @@ def _start_sync_execution(self: Any) -> Any:
     )
     while _status(execution) not in TERMINAL:
         time.sleep(0.005)  # the run's own threads move it; bounded by the Express time limit
-    answer: dict[str, Any] = {
-        "executionArn": execution.exec_arn,
-        "stateMachineArn": machine.arn,
-        "name": execution.name,
-        "startDate": execution.start_date,
-        "stopDate": execution.stop_date,
-        "status": _status(execution),
-        "input": json.dumps(execution.input_data),
-    }
-    if execution.output is not None:
-        answer["output"] = execution.output if isinstance(execution.output, str) else json.dumps(execution.output)
-    if execution.error is not None:
-        answer["error"] = execution.error
-    if execution.cause is not None:
-        answer["cause"] = execution.cause
-    return ActionResult(answer)
+    return ActionResult({**_run_of(machine, execution).description(), "stateMachineArn": machine.arn})
 
 
 # ------------------------------------------------------------------ the harness's view
@@ -456,15 +439,36 @@ def _transitions(execution: Any) -> int:
     return sum(1 for event in history if str(event.get("type", "")).endswith("StateEntered"))
 
 
-def _express_executions() -> Iterator[tuple[Any, Any]]:
+def _machines() -> Iterator[Any]:
+    """Every state machine of moto's executing backend, in every account and region."""
     from moto.stepfunctions.parser.models import stepfunctions_parser_backends
 
     for account in list(stepfunctions_parser_backends.values()):
         for backend in list(account.values()):
-            for machine in list(getattr(backend, "state_machines", [])):
-                if _is_express(machine):
-                    for execution in list(machine.executions):
-                        yield machine, execution
+            yield from list(getattr(backend, "state_machines", []))
+
+
+def _express_executions() -> Iterator[tuple[Any, Any]]:
+    for machine in _machines():
+        if _is_express(machine):
+            for execution in list(machine.executions):
+                yield machine, execution
+
+
+def _run_of(owner: Any, execution: Any) -> ExpressRun:
+    return ExpressRun(
+        arn=execution.exec_arn,
+        machine=str(owner.name),
+        name=str(execution.name),
+        status=_status(execution),
+        input=execution.input_data,
+        output=execution.output,
+        error=execution.error,
+        cause=execution.cause,
+        started=execution.start_date,
+        stopped=execution.stop_date,
+        transitions=_transitions(execution),
+    )
 
 
 def runs(machine: str | None = None, name: str | None = None) -> list[ExpressRun]:
@@ -475,21 +479,7 @@ def runs(machine: str | None = None, name: str | None = None) -> list[ExpressRun
             continue
         if name is not None and execution.name != name:
             continue
-        found.append(
-            ExpressRun(
-                arn=execution.exec_arn,
-                machine=str(owner.name),
-                name=str(execution.name),
-                status=_status(execution),
-                input=execution.input_data,
-                output=execution.output,
-                error=execution.error,
-                cause=execution.cause,
-                started=execution.start_date,
-                stopped=execution.stop_date,
-                transitions=_transitions(execution),
-            )
-        )
+        found.append(_run_of(owner, execution))
     found.sort(key=lambda run: run.started or datetime.datetime.min.replace(tzinfo=datetime.UTC))
     return found
 
@@ -503,14 +493,7 @@ def history(arn: str) -> list[dict[str, Any]]:
 
 
 def is_express_machine(name_or_arn: str) -> bool:
-    from moto.stepfunctions.parser.models import stepfunctions_parser_backends
-
-    for account in list(stepfunctions_parser_backends.values()):
-        for backend in list(account.values()):
-            for machine in list(getattr(backend, "state_machines", [])):
-                if name_or_arn in (machine.arn, machine.name):
-                    return _is_express(machine)
-    return False
+    return any(_is_express(machine) for machine in _machines() if name_or_arn in (machine.arn, machine.name))
 
 
 def wait(arn: str, timeout: float = 30.0, poll_interval: float = 0.02) -> dict[str, Any]:
