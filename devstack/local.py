@@ -156,7 +156,7 @@ def start(
     ``data_dir``: keep the state there (:mod:`devstack.persistence`); None: in memory only.
     """
     from moto.core.config import default_user_config
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
     from devstack import lambdas, persistence, serializable, transport
@@ -215,7 +215,7 @@ def start(
         moto_server = make_server(
             host,
             aws_port,
-            _moto_app(DomainDispatcherApplication(create_backend_app), data),
+            _moto_app(transport.InProcessDispatcher(create_backend_app), data),
             threaded=True,
             request_handler=MotoRequestHandler,
             fd=sockets.aws.fileno(),

@@ -23,6 +23,18 @@ same ``Credential=<key>/<date>/<region>/<service>/aws4_request`` scope and ``X-A
 headers, and a placeholder signature. Only plain ``SigV4Auth`` is short-cut: S3's signer (its payload-hash header is
 read by moto's S3), presigned URLs (``SigV4QueryAuth``: they leave the process) and every request to any other
 address are signed as before.
+
+**Dispatched, not routed through Flask** (third pass, docs/decisions.md "Local stack throughput, third pass"). moto's
+server app (:class:`InProcessDispatcher`, which ``packyard local`` runs) finds a request's service from its host or
+signature scope, then hands it to that service's Flask app, whose request and application contexts, URL map
+(matched rule by rule), debug helpers, CORS hook and response object were a tenth of each request's CPU. A request
+this hook hands in (marked in its environ) goes instead straight to the moto handler the same URL map names (the
+match kept per service, method and path), called as moto's Flask view calls it (``convert_to_flask_response``: the
+same request class, URL and headers; a ``ClientError`` is a 400 with its message), its werkzeug ``HTTPException``
+answered as Flask answers one (its code, headers and body), and its answer written as Flask's response would write it
+(``Content-Type`` ``text/html; charset=utf-8`` when moto gives none, ``Content-Length``, no body for HEAD, 204 or
+304). Not written: the CORS headers ``flask_cors`` adds for a browser. Anything else (an exception Flask would let
+through, as this debug app does; a path the map does not match; moto's own dashboard) goes through Flask as before.
 """
 
 from __future__ import annotations
@@ -30,7 +42,8 @@ from __future__ import annotations
 import io
 import sys
 import threading
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -44,10 +57,16 @@ from moto.core.request import (
     environ_key_for_header,
     should_preserve_original_header_name,
 )
+from moto.core.utils import convert_to_flask_response
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+from werkzeug.exceptions import HTTPException
+from werkzeug.http import HTTP_STATUS_CODES
 
 _lock = threading.Lock()
 _HOOK_ID = "devstack-in-process-transport"
 _apps: dict[str, Any] = {}  # "host:port" -> the WSGI app the moto server at that address runs
+IN_PROCESS = "devstack.in_process"
+"""The environ key that marks a request this hook hands to the app (:class:`InProcessDispatcher` reads it)."""
 
 
 def _latin1(text: str) -> str:
@@ -117,7 +136,132 @@ def environ_for(request: Any, netloc: str) -> dict[str, Any]:
         environ[key] = value
     environ["CONTENT_LENGTH"] = str(len(body))
     environ[PRESERVED_HEADER_NAMES_ENVIRON_KEY] = preserved
+    environ[IN_PROCESS] = True
     return environ
+
+
+# ------------------------------------------------------------------ moto's server app, dispatching in-process requests
+
+ROUTES_KEPT = 4096
+"""URL matches kept (service, method, path): the DynamoDB, Lambda, Step Functions and EventBridge paths are a handful;
+S3's vary with the key, hence a bound."""
+
+Route = tuple[Callable[..., Any], dict[str, Any]]
+
+
+class InProcessDispatcher(DomainDispatcherApplication):
+    """moto's server app (``DomainDispatcherApplication``), with the backend found for a host kept (moto tries the
+    URL patterns of every service, some 200 regexes, for each request, under its lock), and the requests this module
+    hands in dispatched to their moto handler without Flask's request machinery (see the module's docstring).
+    Requests over HTTP go through Flask exactly as before."""
+
+    def __init__(self, create_app: Callable[..., Any]) -> None:
+        super().__init__(create_app)
+        self._backends: dict[str, Any] = {}
+        self._routes: OrderedDict[tuple[str, str, str], Route] = OrderedDict()
+        self._routes_lock = threading.Lock()
+
+    def get_backend_for_host(self, host: str | None) -> Any:
+        if host is None:
+            return None
+        found = self._backends.get(host)
+        if found is None:
+            found = super().get_backend_for_host(host)
+            if found is not None:  # a host no service serves is looked at (and reported) each time, as before
+                self._backends[host] = found
+        return found
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        app = self.get_application(environ)
+        route = self._route(app, environ) if environ.get(IN_PROCESS) else None
+        if route is None:
+            return app(environ, start_response)
+        status, headers, body = _dispatch(app, route[0], environ)
+        start_response(f"{status} {HTTP_STATUS_CODES.get(status, 'UNKNOWN')}", headers)
+        return [body]
+
+    def _route(self, app: Any, environ: dict[str, Any]) -> Route | None:
+        """The moto handler (and view arguments) the app's URL map gives this request, or None for Flask to
+        answer (no match, a redirect, moto's own dashboard, an app with request hooks of its own)."""
+        service = str(getattr(app, "service", ""))
+        if service == "moto_api" or app.before_request_funcs or app.error_handler_spec:
+            return None
+        key = (service, str(environ.get("REQUEST_METHOD", "")), str(environ.get("PATH_INFO", "")))
+        with self._routes_lock:
+            found = self._routes.get(key)
+            if found is not None:
+                self._routes.move_to_end(key)
+                return found
+        try:
+            rule, arguments = app.url_map.bind_to_environ(environ).match(return_rule=True)
+        except HTTPException:  # not found, method not allowed, a redirect: Flask's answer
+            return None
+        view = app.view_functions.get(rule.endpoint)
+        if not isinstance(view, convert_to_flask_response):
+            return None
+        found = (view.callback, dict(arguments))
+        with self._routes_lock:
+            self._routes[key] = found
+            while len(self._routes) > ROUTES_KEPT:
+                self._routes.popitem(last=False)
+        return found
+
+
+def _dispatch(
+    app: Any, callback: Callable[..., Any], environ: dict[str, Any]
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """What moto's Flask view (``convert_to_flask_response``) and Flask make of a request: its handler's answer as
+    status, headers and body."""
+    from botocore.exceptions import ClientError
+    from moto.moto_api import recorder
+
+    request = app.request_class(environ)  # moto's server request class (``from_wsgi_server``), as Flask makes it
+    try:
+        recorder._record_request(request)
+        try:
+            result = callback(request, request.raw_url, dict(request.headers))
+        except ClientError as exc:
+            result = 400, {}, exc.response["Error"]["Message"]
+    except HTTPException as exc:
+        if app.trap_http_exception(exc):
+            raise
+        return _answer(request.method, int(exc.code or 500), exc.get_headers(environ), exc.get_body(environ), {})
+    if len(result) == 3:
+        status, headers, content = result
+    else:
+        status, headers, content = 200, {}, result
+    return _answer(request.method, _status_code(status), headers, content, headers)
+
+
+def _status_code(status: Any) -> int:
+    return int(str(status).split(" ", 1)[0]) if not isinstance(status, int) else status
+
+
+def _answer(
+    method: str, status: int, headers: Any, content: Any, moto_headers: Any
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """Flask's ``Response(response=content, status=status, headers=headers)`` as werkzeug writes it."""
+    items = list(headers.items()) if hasattr(headers, "items") else list(headers or [])
+    written = [(str(name), str(value)) for name, value in items]
+    names = {name.lower() for name, _ in written}
+    if "content-type" not in names:
+        written.append(("Content-Type", "text/html; charset=utf-8"))
+    if content is None:
+        body = b""
+    elif isinstance(content, str):
+        body = content.encode("utf-8")
+    elif isinstance(content, bytes | bytearray):
+        body = bytes(content)
+    else:  # an iterable of chunks
+        body = b"".join(chunk.encode("utf-8") if isinstance(chunk, str) else bytes(chunk) for chunk in content)
+    if method == "HEAD" and hasattr(moto_headers, "items") and "content-length" in moto_headers:
+        written = [(n, v) for n, v in written if n.lower() != "content-length"]
+        written.append(("Content-Length", str(moto_headers["content-length"])))
+        names.add("content-length")
+    no_body = method == "HEAD" or 100 <= status < 200 or status in (204, 304)
+    if "content-length" not in names and not (100 <= status < 200 or status in (204, 304)):
+        written.append(("Content-Length", str(len(body))))
+    return status, written, b"" if no_body else body
 
 
 def _call(app: Any, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:

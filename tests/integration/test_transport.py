@@ -4,6 +4,9 @@ presigned URLs and other addresses are signed as before."""
 
 from __future__ import annotations
 
+import functools
+import io
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -112,3 +115,192 @@ class _Refused(Exception):
 
 def _refused() -> None:
     raise _Refused()
+
+
+# ------------------------------------------------------------------ InProcessDispatcher: Flask's answers, without Flask
+
+FLASK_PORT = 3  # the same dispatcher, the request's in-process mark removed: moto's Flask app answers it
+VARYING = {"date", "x-amzn-requestid", "x-amz-request-id", "x-amz-id-2", "x-amz-crc32", "server"}
+"""Headers that differ from one request to the next whoever answers (and the CRC of a body holding a request id)."""
+
+
+@pytest.fixture
+def dispatcher() -> Iterator[transport.InProcessDispatcher]:
+    app = transport.InProcessDispatcher(create_backend_app)
+
+    def through_flask(environ: dict[str, Any], start_response: Any) -> Any:
+        environ.pop(transport.IN_PROCESS, None)
+        return app(environ, start_response)
+
+    transport.install(app, "127.0.0.1", PORT)
+    transport._apps[f"127.0.0.1:{FLASK_PORT}"] = through_flask
+    try:
+        yield app
+    finally:
+        transport.uninstall()
+
+
+def both(service: str, config: Config | None = None) -> tuple[Any, Any]:
+    """A client of the dispatched path and one of Flask's, for the same moto."""
+    flask_client = boto3.session.Session().client(
+        service,
+        region_name="us-east-1",
+        endpoint_url=f"http://127.0.0.1:{FLASK_PORT}",
+        config=config,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    return client(service, config=config), flask_client
+
+
+def answer(call: Any) -> dict[str, Any]:
+    """A call's answer as the caller sees it (its error if it failed), without what varies per request."""
+    try:
+        result = dict(call())
+    except Exception as exc:  # botocore's ClientError: what moto answered, parsed
+        result = {"error": type(exc).__name__, **getattr(exc, "response", {})}
+    metadata = dict(result.pop("ResponseMetadata", {}))
+    headers = {k: v for k, v in metadata.get("HTTPHeaders", {}).items() if k not in VARYING}
+    headers = {k: v for k, v in headers.items() if not k.startswith("access-control-")}  # flask_cors, for browsers
+    if "Body" in result:
+        result["Body"] = result["Body"].read()
+    return {"status": metadata.get("HTTPStatusCode"), "headers": headers, **result}
+
+
+def same_answers(dispatched: Any, flask: Any, *calls: tuple[str, dict[str, Any]]) -> None:
+    for operation, parameters in calls:
+        got = answer(functools.partial(getattr(dispatched, operation), **parameters))
+        expected = answer(functools.partial(getattr(flask, operation), **parameters))
+        for found in (got, expected):
+            found.get("Error", {}).pop("RequestId", None)
+        assert got == expected, operation
+
+
+def test_dynamodb_answers_as_through_flask(dispatcher: transport.InProcessDispatcher) -> None:
+    dispatched, flask = both("dynamodb")
+    name = f"dispatch-{uuid.uuid4().hex[:8]}"
+    dispatched.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    item = {"pk": {"S": "a"}, "n": {"N": "1"}, "b": {"B": b"\x00\xff"}, "m": {"M": {"l": {"L": [{"S": "x"}]}}}}
+    dispatched.put_item(TableName=name, Item=item)
+    same_answers(
+        dispatched,
+        flask,
+        ("get_item", {"TableName": name, "Key": {"pk": {"S": "a"}}}),
+        ("get_item", {"TableName": name, "Key": {"pk": {"S": "missing"}}}),
+        ("batch_get_item", {"RequestItems": {name: {"Keys": [{"pk": {"S": "a"}}, {"pk": {"S": "b"}}]}}}),
+        # errors: a failed condition, a cancelled transaction, a table that is not there, a malformed request
+        ("put_item", {"TableName": name, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}),
+        (
+            "transact_write_items",
+            {
+                "TransactItems": [
+                    {
+                        "ConditionCheck": {
+                            "TableName": name,
+                            "Key": {"pk": {"S": "a"}},
+                            "ConditionExpression": "n = :v",
+                            "ExpressionAttributeValues": {":v": {"N": "2"}},
+                        }
+                    }
+                ]
+            },
+        ),
+        ("get_item", {"TableName": "no-such-table", "Key": {"pk": {"S": "a"}}}),
+        ("update_item", {"TableName": name, "Key": {"pk": {"S": "a"}}, "UpdateExpression": "SET"}),
+        ("describe_table", {"TableName": name}),
+    )
+
+
+def test_s3_answers_as_through_flask(dispatcher: transport.InProcessDispatcher) -> None:
+    config = Config(s3={"addressing_style": "path"})
+    dispatched, flask = both("s3", config)
+    bucket = f"dispatch-{uuid.uuid4().hex[:8]}"
+    dispatched.create_bucket(Bucket=bucket)
+    dispatched.put_object(Bucket=bucket, Key="dir/a b.bin", Body=b"\x00" * 1000, ContentType="application/x-thing")
+    dispatched.put_object(Bucket=bucket, Key="untyped", Body=b"plain")
+    same_answers(
+        dispatched,
+        flask,
+        ("get_object", {"Bucket": bucket, "Key": "dir/a b.bin"}),
+        ("get_object", {"Bucket": bucket, "Key": "dir/a b.bin", "Range": "bytes=10-19"}),
+        ("get_object", {"Bucket": bucket, "Key": "untyped"}),
+        ("head_object", {"Bucket": bucket, "Key": "dir/a b.bin"}),
+        ("head_object", {"Bucket": bucket, "Key": "missing"}),  # a 404 without a body
+        ("get_object", {"Bucket": bucket, "Key": "missing"}),
+        ("list_objects_v2", {"Bucket": bucket}),
+        ("get_object", {"Bucket": "no-such-bucket", "Key": "k"}),
+    )
+
+
+def test_other_services_answer_as_through_flask(dispatcher: transport.InProcessDispatcher) -> None:
+    events, events_flask = both("events")
+    same_answers(
+        events,
+        events_flask,
+        ("list_event_buses", {}),
+        (
+            "put_events",
+            {"Entries": [{"Source": "s", "DetailType": "d"}]},
+        ),  # refused: no Detail (a new event's id varies)
+        ("list_rules", {}),
+        ("describe_event_bus", {"Name": "no-such-bus"}),
+    )
+    sfn, sfn_flask = both("stepfunctions")
+    same_answers(
+        sfn,
+        sfn_flask,
+        ("list_state_machines", {}),
+        ("describe_execution", {"executionArn": "arn:aws:states:us-east-1:123456789012:execution:none:none"}),
+    )
+    lambdas, lambdas_flask = both("lambda")
+    same_answers(lambdas, lambdas_flask, ("list_functions", {}), ("get_function", {"FunctionName": "none"}))
+
+
+def test_an_in_process_request_skips_flask_and_one_over_http_does_not(
+    dispatcher: transport.InProcessDispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flask
+
+    through_flask: list[str] = []
+    wsgi_app = flask.Flask.wsgi_app
+
+    def counted(self: Any, environ: dict[str, Any], start_response: Any) -> Any:
+        through_flask.append(environ["PATH_INFO"])
+        return wsgi_app(self, environ, start_response)
+
+    monkeypatch.setattr(flask.Flask, "wsgi_app", counted)
+    dispatched, over_flask = both("dynamodb")
+    dispatched.list_tables()
+    dispatched.list_tables()
+    assert through_flask == []
+    over_flask.list_tables()
+    assert through_flask == ["/"]
+
+
+def test_a_path_no_service_serves_is_answered_by_flask(dispatcher: transport.InProcessDispatcher) -> None:
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/no/such/route",
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": str(PORT),
+        "HTTP_HOST": f"127.0.0.1:{PORT}",
+        "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=testing/20260101/us-east-1/dynamodb/aws4_request, "
+        "SignedHeaders=host, Signature=0",
+        "HTTP_X_AMZ_TARGET": "DynamoDB_20120810.ListTables",
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.url_scheme": "http",
+        "wsgi.errors": sys.stderr,
+        transport.IN_PROCESS: True,
+    }
+    statuses: list[str] = []
+    body = b"".join(dispatcher(dict(environ), lambda status, headers, exc_info=None: statuses.append(status)))
+    del environ[transport.IN_PROCESS]
+    expected = b"".join(dispatcher(environ, lambda status, headers, exc_info=None: statuses.append(status)))
+    assert statuses[0] == statuses[1] == "404 NOT FOUND"
+    assert body == expected
