@@ -1,25 +1,46 @@
 """Items of reclamation: who holds a release, a yanked release giving its blobs back, and reclaiming a blob.
 
     holder    pk TENANT#<t>#PACKAGE#<p>   sk HOLDER#<v>#<ws>#<installationId>   one per (release, installation)
+              heldBy/heldAt    a hold made before the commit: the operation that made it and the installation
+                               version it planned (holders written in the commit transaction have neither)
     release   holdGeneration   ADD 1 by every change of its holders (the fence of giving its blobs back)
               blobsReleased    epoch s: its blobs were given back; nothing may hold it as its active release again
               dueShard/dueAt   (job) from its yank until its blobs are given back; a holder letting go sets dueAt now
     blob      refs, generation, reclaiming, reclaimUntil, orphan  (store/records.BlobRecord)
 
-Holders are items, not a counter: adding one is an idempotent Put, removing one an unconditional Delete (a no-op for
-installations committed before holders existed), and "nobody holds it" is a strongly consistent one-item query
-fenced by ``holdGeneration``: every hold change bumps it in the same transaction that changes the installation.
+Holders are items, not a counter: adding one is an idempotent Put, removing one a Delete (a no-op for installations
+committed before holders existed), and "nobody holds it" is a strongly consistent query fenced by
+``holdGeneration``: every hold bumps it. Two ways of holding:
+
+- **In the commit transaction** (``hold``/``let_go``): the holder item and the bump are items of the transaction that
+  changes the installation, so a holder always agrees with its installation.
+- **Outside it** (``hold_now`` before the commit, ``let_go_now`` after it, ``drop_hold`` when the commit was refused;
+  the commit carries ``holdable``, a ConditionCheck, instead of the hold items). ``hold_now`` puts the holder, then
+  bumps the generation (its condition is the strict hold's). The reclaimer reads the generation, queries the holders
+  and gives back fenced on the generation: a holder put before its query is seen; one put after is followed by the
+  bump, which fails the fence, or the give-back lands before the bump, and the bump (strict) or the commit's
+  ``holdable`` sees ``blobsReleased`` and refuses. ``let_go_now`` deletes a holder only up to the committed version
+  (a later operation's hold has a larger ``heldAt``, and ``hold_now`` never lowers one); ``drop_hold`` only its own
+  operation's, and only while nothing committed its version and no other operation holds the slot (a stale run may
+  have put its holder over a hold another operation relies on). A let-go or a drop that was lost (the execution
+  died before it) leaves a stale holder: the reclaimer judges each holder against its installation and slot and
+  drops the stale ones (``holder_states``, ``drop_stale_holder``, maintenance/reclaim.py).
 """
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packyard.publishing.models import Release, ReleaseStatus
 from packyard.store import catalog, due, dynamo
+from packyard.store.aws import error_code
 from packyard.store.dynamo import TransactionCancelled, from_item, key, marshal, table_name, to_item, transact
 from packyard.store.records import BlobRecord, ReleaseHolder
+
+if TYPE_CHECKING:
+    from packyard.installations.models import Installation
+    from packyard.operations.models import Slot
 
 
 def holder_key(holder: ReleaseHolder) -> tuple[str, str]:
@@ -36,27 +57,39 @@ def release_due(release: Release, at: int) -> dict[str, str]:
 # ---- holding a release (items of the commit transaction) ---------------------------------------------------------
 
 
+def _hold_condition(*, strict: bool) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """The condition on the release of a hold (expression, names, values): it exists; ``strict`` (the active release):
+    it still has its blobs and they passed their integrity checks."""
+    if not strict:
+        return "attribute_exists(pk)", {}, {}
+    return (
+        "attribute_exists(pk) AND attribute_not_exists(blobsReleased) AND #status <> :unavailable",
+        {"#status": "status"},
+        {":unavailable": str(ReleaseStatus.UNAVAILABLE)},
+    )
+
+
+def _generation_bump(holder: ReleaseHolder, *, strict: bool) -> dict[str, Any]:
+    rpk, rsk = catalog.release_key(holder.tenant, holder.package, holder.version)
+    condition, names, values = _hold_condition(strict=strict)
+    update: dict[str, Any] = {
+        "Key": key(rpk, rsk),
+        "UpdateExpression": "ADD holdGeneration :one",
+        "ConditionExpression": condition,
+        "ExpressionAttributeValues": marshal({":one": 1, **values}),
+    }
+    if names:
+        update["ExpressionAttributeNames"] = names
+    return update
+
+
 def hold(holder: ReleaseHolder, *, strict: bool) -> list[dict[str, Any]]:
     """The holder item and the release's ``holdGeneration`` bump. ``strict`` (the active release): only while the
     release still has its blobs and they passed their integrity checks (not ``unavailable``: the scrub marks the
     release before it walks the holders, so a commit either lands before and is found, or is cancelled here); a
     commit cancelled there is ``release_unavailable``."""
     pk, sk = holder_key(holder)
-    rpk, rsk = catalog.release_key(holder.tenant, holder.package, holder.version)
-    values: dict[str, Any] = {":one": 1}
-    condition = "attribute_exists(pk)"
-    if strict:
-        condition += " AND attribute_not_exists(blobsReleased) AND #status <> :unavailable"
-        values[":unavailable"] = str(ReleaseStatus.UNAVAILABLE)
-    update: dict[str, Any] = {
-        "TableName": table_name(),
-        "Key": key(rpk, rsk),
-        "UpdateExpression": "ADD holdGeneration :one",
-        "ConditionExpression": condition,
-        "ExpressionAttributeValues": marshal(values),
-    }
-    if strict:
-        update["ExpressionAttributeNames"] = {"#status": "status"}
+    update = {"TableName": table_name(), **_generation_bump(holder, strict=strict)}
     return [{"Put": {"TableName": table_name(), "Item": to_item(pk, sk, holder)}}, {"Update": update}]
 
 
@@ -81,6 +114,138 @@ def let_go(holder: ReleaseHolder, now: int) -> list[dict[str, Any]]:
     ]
 
 
+# ---- holding a release outside the commit transaction (see the module's docstring) --------------------------------
+
+
+def hold_now(holder: ReleaseHolder, *, strict: bool) -> bool:
+    """Before the commit: put the holder (``heldBy``/``heldAt`` set by the caller; idempotent), then bump the
+    release's ``holdGeneration`` under ``hold``'s condition, two writes outside any transaction, in this order. False
+    when the bump's condition failed (the release is gone, or ``strict`` and it gave its blobs back or is
+    unavailable); the holder item stays then, for the refused operation's ``drop_hold``.
+
+    The put never lowers a holder's ``heldAt``: a holder with a larger one is a later operation's hold (this
+    operation planned on an older version, so its commit cannot land), and lowering it would let a let-go of a
+    version in between delete a hold the installation relies on. The put is skipped then; the bump is still made."""
+    if holder.held_by is None or holder.held_at is None:
+        raise ValueError("a hold made before the commit names its operation and planned version (heldBy, heldAt)")
+    pk, sk = holder_key(holder)
+    try:
+        dynamo.dynamodb().put_item(
+            TableName=table_name(),
+            Item=to_item(pk, sk, holder),
+            ConditionExpression="attribute_not_exists(heldAt) OR heldAt <= :at",
+            ExpressionAttributeValues=marshal({":at": holder.held_at}),
+        )
+    except Exception as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise dynamo.translate_error(exc) from exc
+    return dynamo.update(_generation_bump(holder, strict=strict)) is not None
+
+
+def holdable(tenant: str, package: str, version: str) -> dict[str, Any]:
+    """The commit's check of its active release held by ``hold_now``, a transaction item (a ConditionCheck costs read
+    units, no write units): the release exists, has its blobs and is not ``unavailable`` (the strict hold's
+    condition). A commit cancelled by it is ``release_unavailable``."""
+    pk, sk = catalog.release_key(tenant, package, version)
+    condition, names, values = _hold_condition(strict=True)
+    return {
+        "ConditionCheck": {
+            "TableName": table_name(),
+            "Key": key(pk, sk),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": marshal(values),
+        }
+    }
+
+
+def let_go_now(holder: ReleaseHolder, *, through_version: int, yanked: bool, now: int) -> None:
+    """After the commit of installation version ``through_version``: delete the holder unless a later operation
+    holds the release again (its ``heldAt`` is larger; a holder without ``heldAt`` goes); a holder already gone is
+    fine. ``yanked`` (the caller read the release yanked): the release is due at once and its ``holdGeneration``
+    moves, as ``let_go`` does, so that its last holder letting go gives its blobs back soon."""
+    pk, sk = holder_key(holder)
+    _delete_if(pk, sk, "attribute_not_exists(heldAt) OR heldAt <= :v", values={":v": through_version})
+    if not yanked:
+        return
+    rpk, rsk = catalog.release_key(holder.tenant, holder.package, holder.version)
+    at = due.attributes(due.DueKind.JOB, "", now)[due.AT_ATTRIBUTE]
+    dynamo.update(
+        {
+            "Key": key(rpk, rsk),
+            "UpdateExpression": "SET #at = :at ADD holdGeneration :one",
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeNames": {"#at": due.AT_ATTRIBUTE},
+            "ExpressionAttributeValues": marshal({":one": 1, ":at": at}),
+        }
+    )
+
+
+def drop_hold(holder: ReleaseHolder, *, held_by: str) -> None:
+    """A refused operation takes back the hold it made before its commit (``holder`` as it was held: its ``heldAt``).
+    Call it once the refusal is recorded: the operation can no longer commit, in this run or any other. The holder
+    goes only if ``held_by`` made it (another operation's hold of the same key stays), nothing committed at or past
+    the hold's version (``heldAt``: a stale run of the operation may have put its holder over the hold of another
+    operation that committed that version, or the operation's other run committed it), and no other operation holds
+    the installation's slot (it may have planned the same version and rely on this key). One transaction (the delete
+    and two checks; refusals only). Anything left is the reclaimer's to judge (maintenance/reclaim.py); a holder
+    already gone is fine."""
+    if holder.held_at is None:
+        raise ValueError("a hold made before the commit names its planned version (heldAt)")
+    from packyard.store import workspace
+
+    pk, sk = holder_key(holder)
+    ipk, isk = workspace.installation_key(holder.tenant, holder.workspace, holder.installation_id)
+    spk, ssk = workspace.slot_key(holder.tenant, holder.workspace, holder.installation_id)
+    items: list[dict[str, Any]] = [
+        {
+            "Delete": {
+                "TableName": table_name(),
+                "Key": key(pk, sk),
+                "ConditionExpression": "heldBy = :op",
+                "ExpressionAttributeValues": marshal({":op": held_by}),
+            }
+        },
+        {
+            "ConditionCheck": {
+                "TableName": table_name(),
+                "Key": key(ipk, isk),
+                "ConditionExpression": "attribute_not_exists(version) OR version < :at",
+                "ExpressionAttributeValues": marshal({":at": holder.held_at}),
+            }
+        },
+        {
+            "ConditionCheck": {
+                "TableName": table_name(),
+                "Key": key(spk, ssk),
+                "ConditionExpression": "attribute_not_exists(operationId) OR operationId = :op",
+                "ExpressionAttributeValues": marshal({":op": held_by}),
+            }
+        },
+    ]
+    try:
+        transact(items, step="holder.drop_hold")
+    except TransactionCancelled:
+        return  # not this operation's hold any more, or it may be relied on: left to the reclaimer
+
+
+def _delete_if(pk: str, sk: str, condition: str, *, values: dict[str, Any]) -> bool:
+    """DeleteItem under ``condition``; False when it failed (a missing item fails any condition on its attributes)."""
+    params: dict[str, Any] = {"TableName": table_name(), "Key": key(pk, sk), "ConditionExpression": condition}
+    if values:
+        params["ExpressionAttributeValues"] = marshal(values)
+    try:
+        dynamo.dynamodb().delete_item(**params)
+    except Exception as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return False
+        raise dynamo.translate_error(exc) from exc
+    return True
+
+
+# ---- who holds a release -----------------------------------------------------------------------------------------
+
+
 def list_holders(
     tenant: str, package: str, version: str, *, limit: int, cursor: str | None, consistent: bool = False
 ) -> tuple[list[ReleaseHolder], str | None]:
@@ -94,6 +259,52 @@ def list_holders(
 def has_holders(tenant: str, package: str, version: str) -> bool:
     holders, _ = list_holders(tenant, package, version, limit=1, cursor=None, consistent=True)
     return bool(holders)
+
+
+def holder_states(holders: list[ReleaseHolder]) -> list[tuple[Installation | None, Slot | None]]:
+    """Each holder's installation and slot (None: missing), strongly consistent, in one BatchGetItem (a page of at
+    most 50 holders). The items are read one by one, not as a snapshot of each other."""
+    from packyard.installations.models import Installation
+    from packyard.operations.models import Slot
+    from packyard.store import workspace
+
+    wanted = [
+        (
+            workspace.installation_key(h.tenant, h.workspace, h.installation_id),
+            workspace.slot_key(h.tenant, h.workspace, h.installation_id),
+        )
+        for h in holders
+    ]
+    found = dynamo.batch_get([k for pair in wanted for k in pair]) if wanted else {}
+    return [
+        (
+            from_item(Installation, found[ikey]) if ikey in found else None,
+            from_item(Slot, found[skey]) if skey in found else None,
+        )
+        for ikey, skey in wanted
+    ]
+
+
+def read_installation(holder: ReleaseHolder) -> Installation | None:
+    """The holder's installation, strongly consistent (read again after its slot, see maintenance/reclaim.py)."""
+    from packyard.store import workspace
+
+    return workspace.get_installation(holder.tenant, holder.workspace, holder.installation_id)
+
+
+def drop_stale_holder(holder: ReleaseHolder) -> bool:
+    """Delete a holder judged stale, only if it is still as read (the same ``heldBy`` and ``heldAt``, or still
+    without them). False when it changed (held again) or went (let go) meanwhile."""
+    pk, sk = holder_key(holder)
+    terms: list[str] = []
+    values: dict[str, Any] = {}
+    for attribute, name, value in (("heldBy", ":by", holder.held_by), ("heldAt", ":at", holder.held_at)):
+        if value is None:
+            terms.append(f"attribute_not_exists({attribute})")
+        else:
+            terms.append(f"{attribute} = {name}")
+            values[name] = value
+    return _delete_if(pk, sk, "attribute_exists(pk) AND " + " AND ".join(terms), values=values)
 
 
 # ---- a yanked release giving its blobs back ----------------------------------------------------------------------

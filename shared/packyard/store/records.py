@@ -63,3 +63,7 @@ class ReleaseHolder(BaseModel):
     version: str
     workspace: str
     installation_id: str = Field(alias="installationId")
+    # a hold established before the commit (store/reclaims.hold_now): the operation that established it and the
+    # installation version it planned; holders written in the commit transaction (before these) have neither
+    held_by: str | None = Field(None, alias="heldBy")
+    held_at: int | None = Field(None, alias="heldAt")
