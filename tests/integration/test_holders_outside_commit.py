@@ -228,8 +228,9 @@ def test_let_go_now_leaves_a_holder_a_later_operation_established(stack: Any, ac
 
 def test_let_go_now_removes_a_holder_written_in_the_commit_transaction(stack: Any, acme: Caller) -> None:
     _publish(acme, "old")
-    _settled(acme, acme.install(WS, "old-1", "old", "1.0.0", key="k-install"))
     legacy = _holder("old", "old-1")
+    # the items a commit transaction wrote before holds moved out of it (reclaims.hold: the holder and the bump)
+    dynamo.transact(reclaims.hold(legacy, strict=True), step="test.legacy_hold")
     assert _stored_holder(legacy) == {
         "pk": f"TENANT#{TENANT}#PACKAGE#old",
         "sk": f"HOLDER#1.0.0#{WS}#old-1",
@@ -465,7 +466,8 @@ def test_a_holder_written_before_heldBy_of_an_installation_holding_the_release_i
     stack: Any, acme: Caller
 ) -> None:
     archive, _ = _publish(acme, "kept")
-    _settled(acme, acme.install(WS, "k-1", "kept", "1.0.0", key="k-install"))  # today's commit: no heldBy/heldAt
+    _settled(acme, acme.install(WS, "k-1", "kept", "1.0.0", key="k-install"))
+    _leave_holder(_holder("kept", "k-1"))  # as a commit before heldBy wrote it: no heldBy/heldAt
     release = _yank(acme, "kept")
 
     assert reclaim.release_blobs(release, clock.now()) == "held"

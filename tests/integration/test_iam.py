@@ -76,6 +76,16 @@ MACHINE_MANAGED = {"arn:aws:iam::aws:policy/AWSXrayWriteOnlyAccess"}  # Tracing:
 # the statement must also carry a comment in template.yaml saying so. Empty today: every grant is exercised, the
 # task-token callbacks on "*" included (approve, reject, a superseded wait).
 UNEXERCISED: dict[tuple[str, str, str, str], str] = {
+    (
+        "SweeperFunction",
+        "SettleWhatIsDue",
+        "dynamodb:ConditionCheckItem",
+        "arn:aws:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${PackyardTable}",
+    ): (
+        "the sweep settles an operation committed before commits settled (confirming the installation), or one "
+        "planned and out of restarts (taking back its holds): the journeys' commits settle themselves and no run "
+        "dies past the restart limit"
+    ),
     ("CatalogFunction", "ReadAttestations", "s3:GetObject", "arn:aws:s3:::${PackyardBucket}/attestations/*"): (
         "only releases signed by KMS itself, before short-lived keys, have an envelope object; the journeys publish "
         "new releases (test_signing reads such an old release through the route)"
@@ -285,8 +295,9 @@ def consent_ends(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) ->
 
 def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     """A commit failing past its retries defers the operation; the same key resumes it; so does a consent wait
-    whose task's answers kept failing (its wait dropped by Settle). A lost settle is taken over
-    by the same key once the lease ran out (past its lease no run is left: nothing is looked up)."""
+    whose task's answers kept failing (its wait dropped by Settle). A lost settle (after a commit that broke) is taken
+    over by the same key once the lease ran out (past its lease no run is left: nothing is looked up). A commit
+    refused after it held its release: its settlement takes the hold back."""
     ws = "ws-iam-recovery"
     acme.publish("plain", "1.0.0", build_from_files({"SKILL.md": b"plain\n"}))
 
@@ -320,6 +331,8 @@ def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> Non
     def broken_settle(*args: object, **kwargs: object) -> dict[str, Any]:
         raise RuntimeError("settlement is down")
 
+    # (a commit settles what it commits, so the lost settle is of a run whose commit broke too)
+    mp.setattr(commit, "commit_task", broken_settle)
     mp.setattr(settlement, "settle_task", broken_settle)
     lost = _ok(acme.install(ws, "other", "plain", "1.0.0", key="k-lost"), 202)
     machine = stack.state_machine_arns["InstallStateMachine"]
@@ -331,6 +344,23 @@ def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> Non
     assert taken_over.body["attempt"] == 1, taken_over.body
     mp.undo()
     assert acme.wait_settled(ws, taken_over)["outcome"] == {"result": "succeeded"}
+
+    # two installs admitted under a limit of one, before either runs: the second's commit is refused after it held
+    # its release, and its settlement takes the hold back (reclaims.drop_hold)
+    refused_ws = "ws-iam-refused"
+    mp.setenv("PACKYARD_MAX_INSTALLATIONS_PER_WORKSPACE", "1")
+    config.reset()
+    started: list[tuple[str, str, dict[str, Any]]] = []
+    with mp.context() as patched:
+        patched.setattr(workflows, "start", lambda arn, name, payload: started.append((arn, name, payload)) or name)
+        first = acme.install(refused_ws, "first", "plain", "1.0.0", key="k-first")
+        second = acme.install(refused_ws, "second", "plain", "1.0.0", key="k-second")
+    workflows.start(*started[0])
+    assert acme.wait_settled(refused_ws, first)["outcome"] == {"result": "succeeded"}
+    workflows.start(*started[1])
+    assert acme.wait_settled(refused_ws, second)["outcome"]["code"] == "limit_exceeded"
+    mp.delenv("PACKYARD_MAX_INSTALLATIONS_PER_WORKSPACE")
+    config.reset()
 
 
 def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:

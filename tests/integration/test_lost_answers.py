@@ -185,7 +185,8 @@ def _resumed(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> l
 
 
 def _install(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
-    """Install, then uninstall: admission, every transition, commit (holding and letting go) and settle."""
+    """Install, then uninstall: admission, the plan (one write of the operation alone: see the test of lone
+    writes below), and the commit that settles (holding and letting go)."""
     caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
     admitted = caller.install(WS, "hello", "hello", "1.0.0", key="k-install")
     installed = caller.wait_settled(WS, admitted)
@@ -199,6 +200,42 @@ def _install(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> l
         _op(removed),
         (after.status, after.body.get("status")),
         used_bytes(stack, caller.tenant),
+    ]
+
+
+def _holders(stack: devstack.Stack, tenant: str, package: str) -> list[str]:
+    found = boto3.client("dynamodb").query(
+        TableName=stack.table_name,
+        KeyConditionExpression="pk = :p AND begins_with(sk, :h)",
+        ExpressionAttributeValues={":p": {"S": f"TENANT#{tenant}#PACKAGE#{package}"}, ":h": {"S": "HOLDER#"}},
+        ConsistentRead=True,
+    )["Items"]
+    return sorted(item["sk"]["S"] for item in found)
+
+
+def _refused_at_commit(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
+    """Two installs admitted under a limit of one installation, before either runs: the first commits, the second's
+    commit is refused (limit_exceeded) after it held its release, and its settlement takes the hold back."""
+    mp.setenv("PACKYARD_MAX_INSTALLATIONS_PER_WORKSPACE", "1")
+    config.reset()
+    caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}))
+    started: list[tuple[str, str, dict[str, Any]]] = []
+    with mp.context() as patched:
+        patched.setattr(workflows, "start", lambda arn, name, payload: started.append((arn, name, payload)) or name)
+        first = caller.install(WS, "first", "hello", "1.0.0", key="k-first")
+        second = caller.install(WS, "second", "hello", "1.0.0", key="k-second")
+    assert len(started) == 2, started
+    outcomes = []
+    for admitted, run in zip((first, second), started, strict=True):
+        workflows.start(*run)
+        outcomes.append(_op(caller.wait_settled(WS, admitted)))
+    refused = caller.get(f"/v1/workspaces/{WS}/operations/{second.body['operationId']}").body
+    return [
+        first.status,
+        second.status,
+        outcomes,
+        refused["outcome"].get("code"),
+        _holders(stack, caller.tenant, "hello"),
     ]
 
 
@@ -221,6 +258,17 @@ def _consent(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> l
         _op(settled),
         (installation["status"], installation["version"], len(installation.get("grants", []))),
     ]
+
+
+def _consent_rejected(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
+    """An owner install that widens grants, rejected by its owner: it settles refused (a settlement of its own)."""
+    caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}, permissions=[{"kind": "api_read"}]))
+    admitted = caller.install(WS, "hello", "hello", "1.0.0", key="k-rejected")
+    op = caller.wait_for_consent(WS, admitted)
+    decided = caller.decide(WS, op, "reject")
+    settled = caller.wait_settled(WS, admitted)
+    after = caller.get(caller.installation_path(WS, "hello"))
+    return [op["state"], decided.status, decided.body.get("decision"), _op(settled), after.status]
 
 
 def _yanked(stack: devstack.Stack, caller: Caller, mp: pytest.MonkeyPatch) -> list[Any]:
@@ -280,8 +328,12 @@ CASES = {
     "expired": Case(_expired, ("catalog.settle_upload_without_release",)),
     "verify-never-ran": Case(_verify_never_ran, ("reclaims.mark_orphan",)),
     "resumed": Case(_resumed, ("catalog.renew_verification",)),
-    "install": Case(_install, ("workspace.admit", "workspace.transition", "workspace.commit", "workspace.settle")),
-    "consent": Case(_consent, ("consent.await_consent", "consent.decide")),
+    "install": Case(_install, ("workspace.admit", "workspace.commit")),
+    # the run a decision starts claims the planned operation (workspace.transition: its runner)
+    "consent": Case(_consent, ("consent.await_consent", "consent.decide", "workspace.transition")),
+    "consent-rejected": Case(_consent_rejected, ("workspace.settle",)),
+    # the refused commit's hold, taken back once the refusal is recorded
+    "refused-at-commit": Case(_refused_at_commit, ("reclaims.drop_hold",)),
     "yanked": Case(_yanked, ("reclaims.release_blobs", "reclaims.finish_reclaim")),
     "healed": Case(_healed, ("catalog.heal_release",)),
     "job": Case(_job, ("jobs.put",)),
@@ -304,4 +356,17 @@ def test_a_lost_answer_of_a_transaction_converges_on_the_clean_answer(
     with lose_answers("TransactWriteItems", site=site) as plan:
         lossy = journey(stack, Caller(LocalApi(stack), f"t-lost-{name}-{slug}"), monkeypatch)
     assert plan.lost == [("TransactWriteItems", site)]  # the answer was lost (and botocore retried)
+    assert lossy == clean
+
+
+def test_a_lost_answer_of_the_plans_lone_write_converges_on_the_clean_answer(
+    stack: devstack.Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plan writes the operation alone (a conditional PutItem, no transaction and so no request token): a retry of
+    a write that landed meets its own fence, and must be told from a lost claim by what is stored."""
+    clean = _install(stack, Caller(LocalApi(stack), "t-clean-install-record"), monkeypatch)
+    config.reset()
+    with lose_answers("PutItem", site="workspace.record") as plan:
+        lossy = _install(stack, Caller(LocalApi(stack), "t-lost-install-record"), monkeypatch)
+    assert plan.lost == [("PutItem", "workspace.record")]
     assert lossy == clean

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from devstack.caller import ALL_SCOPES, Caller
-from packyard.operations import settlement, waiting
+from packyard.operations import commit, settlement, waiting
 from packyard.store import workspace as workspace_store
 from packyard_cli.build import build_from_files
 
@@ -21,7 +21,8 @@ WS = "ws-1"
 
 
 class Gate:
-    """Holds every settlement task until opened; counts the reads the waits make of an operation in flight."""
+    """Holds every task that settles (the commit, which settles what it commits, and the settlement) until opened;
+    counts the reads the waits make of an operation in flight."""
 
     def __init__(self, open_after_reads: int | None) -> None:
         self.opened = threading.Event()
@@ -36,7 +37,7 @@ class Gate:
 @pytest.fixture
 def gate(monkeypatch) -> Iterator[Gate]:
     held = Gate(open_after_reads=None)
-    settle_task = settlement.settle_task
+    settle_task, commit_task = settlement.settle_task, commit.commit_task
     read_operation = workspace_store.get_operation
     until_at_rest = waiting.until_at_rest
     waiting_here = threading.local()  # set on the thread of a handler that waits, while it waits
@@ -44,6 +45,10 @@ def gate(monkeypatch) -> Iterator[Gate]:
     def gated_settle(*args: Any, **kwargs: Any) -> Any:
         assert held.opened.wait(timeout=60), "the test never opened the gate"
         return settle_task(*args, **kwargs)
+
+    def gated_commit(*args: Any, **kwargs: Any) -> Any:
+        assert held.opened.wait(timeout=60), "the test never opened the gate"
+        return commit_task(*args, **kwargs)
 
     def counted_read(tenant: str, workspace: str, operation_id: str) -> Any:
         op = read_operation(tenant, workspace, operation_id)
@@ -63,6 +68,7 @@ def gate(monkeypatch) -> Iterator[Gate]:
         return waited
 
     monkeypatch.setattr(settlement, "settle_task", gated_settle)
+    monkeypatch.setattr(commit, "commit_task", gated_commit)
     monkeypatch.setattr(workspace_store, "get_operation", counted_read)
     monkeypatch.setattr(waiting, "until_at_rest", recorded_wait)
     yield held

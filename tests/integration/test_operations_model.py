@@ -466,7 +466,11 @@ class World:
             slot.lease_until = self.now + self.lease
         elif cur != op.plan:
             raise TaskError("ClaimLost" if slot.holder != op_id else "StaleAuthority")
-        op.state, op.version, op.committed = "committed", op.version + 1, True
+        # the commit settles (docs/decisions.md, "Commit settles"): succeeded, the slot freed, in the same write
+        op.state, op.version, op.committed = "settled", op.version + 1, True
+        op.outcome = ("succeeded", None)
+        if slot.holder == op_id:
+            slot.holder, slot.pending = None, False
 
     def settle_task(self, op_id: str, error: str | None, attempt: int | None, runner: str | None) -> None:
         """Settle, called by the run ``runner`` of ``attempt`` (the sweep's direct settle: no runner)."""
@@ -1633,10 +1637,13 @@ def test_superseding_an_operation_that_already_committed_does_not_report_it_canc
     deferred after Commit died past its write, or its lease expired before Settle ran. B supersedes it (B's
     If-Match is A's version). A must settle succeeded (it used to settle "unconfirmed / cancelled" although its
     change was in effect: a version bump by an operation that did not succeed, and A's caller told nothing
-    happened)."""
+    happened). Since the commit settles (docs/decisions.md, "Commit settles"), a commit that landed has settled A
+    already: the deferral and the expired lease find it settled, and B is admitted on a free slot; A must still read
+    succeeded."""
     ws = f"ws-plain-{next(_workspaces)}"
     if how == "pending":
-        event = _deferred(harness, ws, "k-a", commit_crashes_after=2)  # GetItem, TransactWriteItems (commit)
+        # BatchGetItem (read), PutItem (the release's holder), TransactWriteItems (the commit)
+        event = _deferred(harness, ws, "k-a", commit_crashes_after=3)
         superseding = Req("app", "delete", None, "owner", 1, "k-b")  # any intent supersedes a pending one
     else:
         admitted = harness.send(ws, Req("app", "put", "1.0.0", "owner", None, "k-a"))

@@ -201,7 +201,7 @@ def test_given_a_release_marked_unavailable_after_an_install_was_planned_then_it
     # the scrub marks the release between Plan and Commit (before it walks the release's holders)
     assert catalog.mark_release_unavailable("t-acme", "hello", "1.0.0", clock.now())
     with pytest.raises(ReleaseUnavailable):
-        commit.commit_task("t-acme", WS, op_id, planned["version"])
+        commit.commit_task("t-acme", WS, op_id, planned["version"], "hello")
     assert acme.get(f"/v1/workspaces/{WS}/installations/hello").status == 404
 
 

@@ -22,7 +22,7 @@ from packyard.store.due import DueKind
 from packyard_cli.build import build_from_files
 from tests.support import stacks
 from tests.support.callers import used_bytes
-from tests.support.sweeping import sweep_kinds
+from tests.support.sweeping import committed_not_settled, sweep_kinds
 
 stack = stacks.stack
 fresh_config = stacks.fresh_config
@@ -135,12 +135,15 @@ def test_a_stale_page_never_marks_the_releases_of_a_blob_reclaimed_since_unavail
     assert caller.get("/v1/packages/hello/versions/1.0.0").body["status"] == "yanked"
 
 
+@pytest.mark.parametrize("commit", ["settles", "leaves it committed"])
 def test_a_stale_page_of_an_operation_settles_it_as_it_is_stored_not_as_the_page_shows_it(
-    stack: devstack.Stack,
+    stack: devstack.Stack, commit: str
 ) -> None:
     # Given an install waiting for consent, pictured in the due index (its lease: the consent deadline), then
-    # approved and committed, its Settle failing past its retries (the workflow ended, the operation committed)
-    caller = Caller(LocalApi(stack), "t-stale-operation")
+    # approved and committed, its Settle failing past its retries (the workflow ended). The commit settles it (the
+    # operation settled succeeded); or, as commits did before "Commit settles" (docs/decisions.md), it leaves the
+    # operation committed for the sweep
+    caller = Caller(LocalApi(stack), f"t-stale-operation-{commit.split()[0]}")
     caller.publish("hello", "1.0.0", build_from_files({"SKILL.md": b"v1\n"}, permissions=[{"kind": "api_read"}]))
 
     def settlement_is_down(*args: object, **kwargs: object) -> dict[str, Any]:
@@ -148,6 +151,8 @@ def test_a_stale_page_of_an_operation_settles_it_as_it_is_stored_not_as_the_page
 
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(settlement, "settle_task", settlement_is_down)
+        if commit == "leaves it committed":
+            patched.setattr(settlement, "settled_as", committed_not_settled)
         admitted = caller.install(WS, "hello", "hello", "1.0.0", key="k-stale-op")
         waiting = caller.wait_for_consent(WS, admitted)
         assert waiting["state"] == "awaiting_consent"
@@ -157,13 +162,14 @@ def test_a_stale_page_of_an_operation_settles_it_as_it_is_stored_not_as_the_page
         machine = stack.state_machine_arns["InstallStateMachine"]
         devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)
     path = f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}"
-    assert caller.get(path).body["state"] == "committed"
+    assert caller.get(path).body["state"] == ("settled" if commit == "settles" else "committed")
     # When the sweep runs past the consent window on a page that still shows it waiting for consent
     with stale_index(stack.table_name, due.INDEX) as stale:
         stale.items = pictured
         counts = sweep_kinds([DueKind.OPERATION], clock.now() + 8 * DAY)
-    # Then it is settled as what it is (committed: its change landed), not as a consent that expired
-    assert counts["settled"] == 1, counts
+    # Then it is settled as what it is (its change landed: succeeded), not as a consent that expired; one the commit
+    # settled already is left as it is
+    assert counts["settled"] == (0 if commit == "settles" else 1), counts
     settled = caller.get(path).body
     assert (settled["state"], settled["outcome"]) == ("settled", {"result": "succeeded"}), settled
     assert caller.get(caller.installation_path(WS, "hello")).body["status"] == "active"

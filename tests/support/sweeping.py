@@ -17,6 +17,8 @@ from devstack.api import ApiResponse
 from devstack.caller import Caller
 from packyard.maintenance import sweeps
 from packyard.operations import settlement
+from packyard.operations.models import Operation, OperationState, Outcome
+from packyard.operations.timing import lease_until
 from packyard.store import due, workflows
 from packyard.store.due import DueKind
 
@@ -58,17 +60,28 @@ def sweep_kinds(kinds: Iterable[DueKind], now: int) -> Counter[str]:
     return counts
 
 
+def committed_not_settled(op: Operation, outcome: Outcome, now: int) -> Operation:
+    """In place of ``settlement.settled_as`` for the commit: what a commit wrote before "Commit settles"
+    (docs/decisions.md), the transition to ``committed`` with the slot still held, left for Settle or the sweep."""
+    return op.model_copy(
+        update={"state": OperationState.COMMITTED, "version": op.version + 1, "lease_until": lease_until(now)}
+    )
+
+
 def install_with_settle_down(
     stack: devstack.Stack, caller: Caller, workspace: str, installation: str, package: str, version: str, *, key: str
 ) -> tuple[ApiResponse, dict[str, Any]]:
-    """Install while Settle fails past its retries (its Catch ends the execution): the operation stays committed,
-    left to the sweep. The admission's answer and the ended execution's description."""
+    """Install with a commit that leaves the operation ``committed`` (as commits did before they settled: code of an
+    earlier release still running while a stack is updated) while Settle fails past its retries (its Catch ends the
+    execution): the operation stays committed, left to the sweep. The admission's answer and the ended execution's
+    description."""
 
     def settlement_is_down(*args: object, **kwargs: object) -> dict[str, Any]:
         raise RuntimeError("settlement is down")
 
     with pytest.MonkeyPatch.context() as patched:
         patched.setattr(settlement, "settle_task", settlement_is_down)
+        patched.setattr(settlement, "settled_as", committed_not_settled)
         admitted = caller.install(workspace, installation, package, version, key=key)
         machine = stack.state_machine_arns["InstallStateMachine"]
         ended = devstack.wait_for_execution(workflows.execution_arn(machine, admitted.body["operationId"]), timeout=60)

@@ -71,6 +71,8 @@ def admit(
         view = read_view(tenant, workspace_id, installation_id, operation_id, action, release_key, task_id)
         if view.operation is not None:
             return _replay(view.operation, request_digest)
+        if read_installation_behind(view):
+            continue  # read again: the installation's version must be the one the slot's claim stands for
         now = clock.now()
         op = draft_operation(principal, workspace_id, installation_id, operation_id, action, body, request, now, view)
         op = op.model_copy(update={"request_digest": request_digest})
@@ -94,7 +96,6 @@ def admit(
             op,
             observed_slot=view.slot,
             claimed_slot=_freed_slot(view.slot, superseding, now) if settled_here else _claimed_slot(view.slot, op),
-            baseline_version=view.installation.version if view.installation else None,
             superseding=superseding,
             now=now,
             retain_until=retained_until(now) if settled_here else None,
@@ -123,6 +124,7 @@ def _freed_slot(observed: Slot | None, superseding: Supersession | None, now: in
         claim=observed.claim + 1,
         lastSettled=superseding.operation_id,
         lastSettledAt=now,
+        installationVersion=observed.installation_version,
     )
 
 
@@ -136,7 +138,16 @@ def _claimed_slot(observed: Slot | None, op: Operation) -> Slot:
         pending=False,
         lastSettled=observed.last_settled if observed else None,
         lastSettledAt=observed.last_settled_at if observed else None,
+        installationVersion=observed.installation_version if observed else 0,
     )
+
+
+def read_installation_behind(view: AdmissionView) -> bool:
+    """Whether the view's installation was read before a commit its slot was read after (a BatchGetItem reads item
+    by item, not as one snapshot): the slot records the version that commit left. The claim on the slot fences
+    every commit after the read, so this is the one stale read the admission's write would not catch."""
+    recorded = view.slot.installation_version if view.slot is not None else None
+    return recorded is not None and (view.installation.version if view.installation else 0) < recorded
 
 
 def read_view(

@@ -1,33 +1,54 @@
-"""Commit: compare-and-put the recorded plan on the installation's baseline version, exactly once.
+"""Commit: compare-and-put the recorded plan on the installation's baseline version, exactly once, and settle.
 
-If the installation row already equals the plan (an earlier attempt committed it and died), the commit is an exact
-replay: the operation's transition is recorded and nothing is bumped twice.
+The commit's transaction also settles the operation ``succeeded`` and frees its slot: once the plan is on the
+installation, nothing else decides the outcome, and a separate settlement was a second transaction over the same
+items (docs/decisions.md, "Commit settles"). If the installation row already equals the plan (an earlier attempt
+committed it and died), the commit is an exact replay: the operation's transition is recorded and nothing is bumped
+twice.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from aws_lambda_powertools.metrics import MetricUnit
+
 from packyard import clock
 from packyard.config import limits
-from packyard.errors import ClaimLost, LimitExceeded, QuotaExceeded, ReleaseUnavailable, StaleAuthority
+from packyard.errors import (
+    ClaimLost,
+    LimitExceeded,
+    QuotaExceeded,
+    ReleaseUnavailable,
+    StaleAuthority,
+    TransientStoreError,
+)
 from packyard.installations.models import Installation
 from packyard.installations.scopes import ScopeKind
-from packyard.observability import logger, tracer
-from packyard.operations.models import OperationState
-from packyard.operations.planning import load
+from packyard.observability import logger, metrics, tracer
+from packyard.operations import settlement
+from packyard.operations.models import OperationState, Outcome
 from packyard.operations.timing import lease_until
 from packyard.store import workspace
+
+SUCCEEDED = Outcome(result="succeeded")
 
 # a change of live-installation counters: (task id, or None for the workspace's own counter; delta; limit)
 CounterChange = tuple[str | None, int, int]
 
 
 @tracer.capture_method(capture_response=False)
-def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_version: int) -> dict[str, Any]:
-    """Compare-and-put the plan on the baseline version; an installation already equal to the plan is a replay."""
+def commit_task(
+    tenant: str, workspace_id: str, operation_id: str, planned_version: int, installation_id: str
+) -> dict[str, Any]:
+    """Compare-and-put the plan on the baseline version and settle the operation ``succeeded`` in the same
+    transaction (its Settle state then only tells it); an installation already equal to the plan is a replay.
+    ``installation_id`` (the task's input) lets the operation, its slot and the workspace's counters be read in one
+    request (an operation of another installation is not this task's: ClaimLost)."""
     logger.append_keys(tenant=tenant, workspace=workspace_id, operationId=operation_id)
-    op = load(tenant, workspace_id, operation_id)
+    op, slot, legacy_bytes = workspace.read_for_commit(tenant, workspace_id, operation_id, installation_id)
+    if op is None:
+        raise ClaimLost(f"operation {operation_id} does not exist")
     if op.state in (OperationState.COMMITTED, OperationState.SETTLED):
         return {"version": op.version, "committed": True, "replay": True}
     if op.state is not OperationState.PLANNED or op.version != planned_version or op.plan is None:
@@ -37,31 +58,45 @@ def commit_task(tenant: str, workspace_id: str, operation_id: str, planned_versi
         raise ClaimLost(f"operation {operation_id} has no approval of its plan")
     plan = op.plan
     now = clock.now()
-    committed = op.model_copy(
-        update={
-            "state": OperationState.COMMITTED,
-            "version": op.version + 1,
-            "lease_until": lease_until(now),
-            "updated_at": now,
-        }
-    )
+    settled = settlement.settled_as(op, SUCCEEDED, now)
+    retiring = settlement.retiring(op, slot)
+    if retiring is not None:
+        # the installation's settled operation before this one starts its retention clock: idempotent, and right
+        # whatever this commit meets (this operation settles either way, as the latest)
+        workspace.retire(tenant, workspace_id, *retiring)
+    changes = hold_changes(op.baseline, plan)
+    holds, let_go = changes["holds"], changes["let_go"]
+    workspace.hold_before_commit(op, plan.version, holds)
     conflict = workspace.commit(
         op,
-        committed,
+        settled,
         plan,
         baseline_version=op.baseline.version if op.baseline else None,
         counts=counter_changes(op.baseline, plan),
-        lease_until=committed.lease_until,
+        lease_until=op.lease_until,
         bytes_change=(referenced_bytes_change(op.baseline, plan), limits().workspace_quota_bytes),
-        **hold_changes(op.baseline, plan),
+        legacy_bytes=legacy_bytes,
+        holds=holds,
     )
     if conflict is None:
-        logger.info("operation committed", extra={"installationVersion": plan.version})
-        return {"version": committed.version, "committed": True}
+        workspace.let_go_after_commit(op, plan.version, let_go, now)
+        metrics.add_metric(name="OperationsSucceeded", unit=MetricUnit.Count, value=1)
+        logger.info("operation committed", extra={"installationVersion": plan.version, "outcome": "succeeded"})
+        return {"version": settled.version, "committed": True, "settled": True}
+    if conflict.counters_moved:
+        raise TransientStoreError("the workspace's counters moved while committing, retry")
     current = workspace.get_installation(tenant, workspace_id, op.installation_id)
     if current is not None and current.same_content(plan):
         # the row already equals the plan: an earlier attempt committed it. Record the transition (and renew the
-        # slot's lease with the operation's, as the commit would have).
+        # slot's lease with the operation's, as the commit would have); Settle confirms it.
+        committed = op.model_copy(
+            update={
+                "state": OperationState.COMMITTED,
+                "version": op.version + 1,
+                "lease_until": lease_until(now),
+                "updated_at": now,
+            }
+        )
         workspace.transition(op, committed, slot_lease=committed.lease_until)
         return {"version": committed.version, "committed": True, "replay": True}
     if conflict.operation_changed or conflict.slot_lost:
@@ -128,9 +163,9 @@ def held_releases(installation: Installation | None) -> dict[tuple[str, str], bo
 
 
 def hold_changes(baseline: Installation | None, plan: Installation) -> dict[str, Any]:
-    """What ``plan`` replacing ``baseline`` starts and stops holding (pure): releases newly held (active ones must
-    still have their blobs: a yanked release whose blobs were given back cannot become active again) and releases
-    let go. A release kept in either slot is neither."""
+    """What ``plan`` replacing ``baseline`` starts and stops holding (pure): releases newly held (``holds``:
+    package, version, active; an active one must still have its blobs, a yanked release whose blobs were given back
+    cannot become active again) and releases let go (``let_go``). A release kept in either slot is neither."""
     before, after = held_releases(baseline), held_releases(plan)
     return {
         "holds": [

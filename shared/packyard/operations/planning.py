@@ -26,7 +26,7 @@ from packyard.operations.models import (
     PromoteRequest,
 )
 from packyard.operations.targets import checked_target
-from packyard.operations.timing import lease_until
+from packyard.operations.timing import lease_kept, lease_until
 from packyard.publishing import integrity
 from packyard.store import workspace
 
@@ -176,7 +176,7 @@ def plan_task(
             "version": op.version + 1,
             "plan": plan,
             "runner": runner,
-            "lease_until": lease_until(now),
+            "lease_until": op.lease_until if lease_kept(op.lease_until, now) else lease_until(now),
             "updated_at": now,
         }
     )
@@ -190,7 +190,10 @@ def plan_task(
                 )
             }
         )
-    workspace.transition(op, planned, slot_lease=planned.lease_until)
+    if planned.lease_until == op.lease_until:
+        workspace.record(op, planned)  # admission's lease is still good: the slot keeps it, one write
+    else:
+        workspace.transition(op, planned, slot_lease=planned.lease_until)
     logger.info("operation planned", extra={"installationVersion": plan.version, "consentAsked": len(asked)})
     return _planned_output(planned)
 

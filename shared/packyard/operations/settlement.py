@@ -94,22 +94,39 @@ def settle_task(
         if error_type.startswith(TRANSIENT):
             return _defer(op, error_type, now)
         outcome = outcome_of(op, error_type, caught_error_message(error, limit=OUTCOME_DETAIL_LIMIT))
-    settled = _settled(op, outcome, now)
-    retire = _retiring(op, slot)
+    settled = settled_as(op, outcome, now)
+    retire = retiring(op, slot)
     confirm = (op.plan.version, op.operation_id) if outcome.result == "succeeded" and op.plan is not None else None
     waiting = op.state is OperationState.AWAITING_CONSENT
     if not workspace.settle(
         op, settled, slot=slot, confirm_installation=confirm, retire=retire, drop_consent_wait=waiting
     ):
-        settled = _settled(op, NO_LONGER_PLANNED, now)
+        settled = settled_as(op, NO_LONGER_PLANNED, now)
         workspace.settle(op, settled, slot=slot, confirm_installation=None, retire=retire, drop_consent_wait=waiting)
     final = settled.outcome or outcome
+    if final.result != "succeeded":
+        _drop_holds(op)  # after the refusal is recorded: this operation can no longer commit
     changes.emit(changes.operation_settled(settled, final))  # after the settlement is committed
     metrics.add_metric(name=f"Operations{final.result.title()}", unit=MetricUnit.Count, value=1)
     if final.code == ConsentExpired.code:
         metrics.add_metric(name="ConsentExpired", unit=MetricUnit.Count, value=1)  # a consent wait that ran out
     logger.info("operation settled", extra={"outcome": final.result, "code": final.code})
     return {"settled": True, "outcome": final.model_dump(exclude_none=True)}
+
+
+def _drop_holds(op: Operation) -> None:
+    """Take back the holds a refused operation's commit may have made before it was refused (only a planned
+    operation whose plan may commit gets that far). One lost here (the run died) is a stale holder the reclaimer
+    drops."""
+    if op.state is not OperationState.PLANNED or op.plan is None:
+        return
+    if op.consent is not None and op.consent.decision != "approve":
+        return
+    from packyard.operations.commit import hold_changes  # commit imports this module
+
+    holds = hold_changes(op.baseline, op.plan)["holds"]
+    if holds:
+        workspace.drop_holds(op, op.plan.version, holds)
 
 
 def consent_outcome(op: Operation, error_type: str) -> Outcome | None:
@@ -143,7 +160,7 @@ def outcome_of(op: Operation, error_type: str, error_message: str) -> Outcome:
     return Outcome(result="unconfirmed", code=code, detail=f"the operation stopped while {op.state}")
 
 
-def _settled(op: Operation, outcome: Outcome, now: int) -> Operation:
+def settled_as(op: Operation, outcome: Outcome, now: int) -> Operation:
     return op.model_copy(
         update={
             "state": OperationState.SETTLED,
@@ -155,7 +172,7 @@ def _settled(op: Operation, outcome: Outcome, now: int) -> Operation:
     )
 
 
-def _retiring(op: Operation, slot: Slot | None) -> tuple[str, int] | None:
+def retiring(op: Operation, slot: Slot | None) -> tuple[str, int] | None:
     """Settling makes ``op`` the installation's latest settled operation: the one before it starts its retention
     clock (from when it settled)."""
     if slot is None or slot.operation_id != op.operation_id:

@@ -65,6 +65,13 @@ def find_release(tenant: str, package: str, version: str, *, consistent: bool = 
     return from_item(Release, item) if item else None
 
 
+def read_releases(tenant: str, releases: list[tuple[str, str]]) -> dict[tuple[str, str], Release]:
+    """The releases (package, version) of the tenant that exist, strongly consistent, in one request."""
+    keys = {release: release_key(tenant, *release) for release in dict.fromkeys(releases)}
+    found = dynamo.batch_get(list(keys.values()))
+    return {release: from_item(Release, found[k]) for release, k in keys.items() if k in found}
+
+
 def get_release(tenant: str, package: str, version: str) -> Release:
     release = find_release(tenant, package, version, consistent=False)
     if release is None:

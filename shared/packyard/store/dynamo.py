@@ -283,6 +283,18 @@ def _canonical(value: Any) -> Any:
     raise TypeError(f"no canonical form for {type(value).__name__}")
 
 
+def put_if(params: dict[str, Any]) -> dict[str, Any] | None:
+    """A conditional PutItem (``params``: Item, ConditionExpression, ...); None when written, else the item as it
+    was when the condition failed (empty when there was none)."""
+    try:
+        dynamodb().put_item(TableName=table_name(), ReturnValuesOnConditionCheckFailure="ALL_OLD", **params)
+    except Exception as exc:
+        if error_code(exc) == "ConditionalCheckFailedException":
+            return dict(getattr(exc, "response", {}).get("Item") or {})
+        raise translate_error(exc) from exc
+    return None
+
+
 def update(params: dict[str, Any]) -> dict[str, Any] | None:
     """UpdateItem with ``ReturnValues=ALL_NEW``; None when its condition failed."""
     try:

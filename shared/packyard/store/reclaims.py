@@ -14,17 +14,18 @@ committed before holders existed), and "nobody holds it" is a strongly consisten
 
 - **In the commit transaction** (``hold``/``let_go``): the holder item and the bump are items of the transaction that
   changes the installation, so a holder always agrees with its installation.
-- **Outside it** (``hold_now`` before the commit, ``let_go_now`` after it, ``drop_hold`` when the commit was refused;
-  the commit carries ``holdable``, a ConditionCheck, instead of the hold items). ``hold_now`` puts the holder, then
-  bumps the generation (its condition is the strict hold's). The reclaimer reads the generation, queries the holders
-  and gives back fenced on the generation: a holder put before its query is seen; one put after is followed by the
-  bump, which fails the fence, or the give-back lands before the bump, and the bump (strict) or the commit's
-  ``holdable`` sees ``blobsReleased`` and refuses. ``let_go_now`` deletes a holder only up to the committed version
-  (a later operation's hold has a larger ``heldAt``, and ``hold_now`` never lowers one); ``drop_hold`` only its own
-  operation's, and only while nothing committed its version and no other operation holds the slot (a stale run may
-  have put its holder over a hold another operation relies on). A let-go or a drop that was lost (the execution
-  died before it) leaves a stale holder: the reclaimer judges each holder against its installation and slot and
-  drops the stale ones (``holder_states``, ``drop_stale_holder``, maintenance/reclaim.py).
+- **Before it** (what the commit does: ``put_holder`` before the commit, the commit carrying ``hold_fence``, the
+  generation bump; ``let_go_now`` after it, ``drop_hold`` when the commit was refused). ``hold_now`` is the same
+  hold in two plain writes (the holder, then the bump), and ``holdable`` a ConditionCheck of the strict hold's
+  condition, for callers outside a commit. The reclaimer reads the generation, queries the holders and gives back
+  fenced on the generation: a holder put before its query is seen; one put after is followed by the bump (in the
+  commit, or ``hold_now``'s), which fails the fence, or the give-back lands before the bump, and the bump (strict)
+  sees ``blobsReleased`` and refuses. ``let_go_now`` deletes a holder only up to the committed version (a later
+  operation's hold has a larger ``heldAt``, and a put never lowers one); ``drop_hold`` only its own operation's,
+  and only while nothing committed its version and no other operation holds the slot (a stale run may have put its
+  holder over a hold another operation relies on). A let-go or a drop that was lost (the execution died before it)
+  leaves a stale holder: the reclaimer judges each holder against its installation and slot and drops the stale ones
+  (``holder_states``, ``drop_stale_holder``, maintenance/reclaim.py).
 """
 
 from __future__ import annotations
@@ -89,8 +90,15 @@ def hold(holder: ReleaseHolder, *, strict: bool) -> list[dict[str, Any]]:
     release before it walks the holders, so a commit either lands before and is found, or is cancelled here); a
     commit cancelled there is ``release_unavailable``."""
     pk, sk = holder_key(holder)
-    update = {"TableName": table_name(), **_generation_bump(holder, strict=strict)}
-    return [{"Put": {"TableName": table_name(), "Item": to_item(pk, sk, holder)}}, {"Update": update}]
+    return [{"Put": {"TableName": table_name(), "Item": to_item(pk, sk, holder)}}, hold_fence(holder, strict=strict)]
+
+
+def hold_fence(holder: ReleaseHolder, *, strict: bool) -> dict[str, Any]:
+    """The release's ``holdGeneration`` bump of a hold, a transaction item, under ``hold``'s condition: the commit of
+    a holder put before it (``put_holder``) carries it, so the commit lands only while the release may be held (a
+    commit cancelled by it is ``release_unavailable``) and a give-back that read the holders before the holder was
+    put fails its fence."""
+    return {"Update": {"TableName": table_name(), **_generation_bump(holder, strict=strict)}}
 
 
 def let_go(holder: ReleaseHolder, now: int) -> list[dict[str, Any]]:
@@ -126,6 +134,14 @@ def hold_now(holder: ReleaseHolder, *, strict: bool) -> bool:
     The put never lowers a holder's ``heldAt``: a holder with a larger one is a later operation's hold (this
     operation planned on an older version, so its commit cannot land), and lowering it would let a let-go of a
     version in between delete a hold the installation relies on. The put is skipped then; the bump is still made."""
+    put_holder(holder)
+    return dynamo.update(_generation_bump(holder, strict=strict)) is not None
+
+
+def put_holder(holder: ReleaseHolder) -> None:
+    """Before the commit: put the holder (``heldBy``/``heldAt`` set by the caller; idempotent), one write outside
+    any transaction; the commit carries the generation bump (``hold_fence``). Never lowers a holder's ``heldAt``
+    (see ``hold_now``): the put is skipped then."""
     if holder.held_by is None or holder.held_at is None:
         raise ValueError("a hold made before the commit names its operation and planned version (heldBy, heldAt)")
     pk, sk = holder_key(holder)
@@ -139,13 +155,13 @@ def hold_now(holder: ReleaseHolder, *, strict: bool) -> bool:
     except Exception as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise dynamo.translate_error(exc) from exc
-    return dynamo.update(_generation_bump(holder, strict=strict)) is not None
 
 
 def holdable(tenant: str, package: str, version: str) -> dict[str, Any]:
-    """The commit's check of its active release held by ``hold_now``, a transaction item (a ConditionCheck costs read
-    units, no write units): the release exists, has its blobs and is not ``unavailable`` (the strict hold's
-    condition). A commit cancelled by it is ``release_unavailable``."""
+    """A transaction's check of a release held by ``hold_now`` (for callers outside a commit; the commit carries
+    ``hold_fence`` instead: a ConditionCheck is billed as a transactional write, docs/decisions.md): the release
+    exists, has its blobs and is not ``unavailable`` (the strict hold's condition). A transaction cancelled by it
+    refuses as ``release_unavailable`` would."""
     pk, sk = catalog.release_key(tenant, package, version)
     condition, names, values = _hold_condition(strict=True)
     return {

@@ -9,11 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Counter(BaseModel):
-    """Live installations of a workspace (``COUNT#WORKSPACE``) or of a task (``COUNT#TASK#<id>``)."""
+    """Live installations of a workspace (``COUNT#WORKSPACE``) or of a task (``COUNT#TASK#<id>``); the workspace's
+    also carries the bytes of the releases its installations reference (``usedBytes``, its quota)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, populate_by_name=True)
 
     n: int = Field(default=0, ge=0)
+    used_bytes: int = Field(default=0, ge=0, alias="usedBytes")
 
 
 class UsageLedger(BaseModel):

@@ -125,6 +125,8 @@ def read_for_admission(
         raw = item(name)
         return from_item(Counter, raw).n if raw else 0
 
+    workspace_count, workspace_bytes = counters.workspace_usage(item("workspace_count"), item("workspace_bytes"))
+
     op, inst, slot, rel, wait = (
         item("operation"),
         item("installation"),
@@ -136,11 +138,11 @@ def read_for_admission(
         operation=operation_of(op) if op else None,
         installation=from_item(Installation, inst) if inst else None,
         slot=from_item(Slot, slot) if slot else None,
-        workspace_count=count("workspace_count"),
+        workspace_count=workspace_count,
         task_count=count("task_count"),
         release=from_item(Release, rel) if rel else None,
         consent=from_item(ConsentWait, wait) if wait else None,
-        workspace_bytes=counters.used_bytes(item("workspace_bytes")),
+        workspace_bytes=workspace_bytes,
     )
 
 
@@ -170,6 +172,36 @@ def read_operation_and_slot(
     return (
         operation_of(found[okey]) if okey in found else None,
         from_item(Slot, found[skey]) if skey in found else None,
+    )
+
+
+def read_for_commit(
+    tenant: str, workspace: str, operation_id: str, installation_id: str
+) -> tuple[Operation | None, Slot | None, int]:
+    """The operation, its installation's slot and the bytes of the workspace's ``COUNT#BYTES`` item (written before
+    it was part of the counter item; 0 once moved in), in one strongly consistent read. An operation stored for
+    another installation reads as absent."""
+    okey = operation_key(tenant, workspace, operation_id)
+    skey, bkey = slot_key(tenant, workspace, installation_id), bytes_key(tenant, workspace)
+    found_items = dynamo.batch_get([okey, skey, bkey])
+    op = operation_of(found_items[okey]) if okey in found_items else None
+    if op is not None and op.installation_id != installation_id:
+        return None, None, 0
+    slot = from_item(Slot, found_items[skey]) if skey in found_items else None
+    return op, slot, counters.used_bytes(found_items.get(bkey))
+
+
+def retire(tenant: str, workspace: str, operation_id: str, retain_until: int) -> None:
+    """Start the retention clock (TTL) of a settled operation that is no longer the installation's latest: one
+    idempotent write, not part of any transaction (a missing operation is fine)."""
+    pk, sk = operation_key(tenant, workspace, operation_id)
+    dynamo.update(
+        {
+            "Key": key(pk, sk),
+            "UpdateExpression": f"SET {dynamo.TTL_ATTRIBUTE} = :purge",
+            "ConditionExpression": "attribute_exists(pk)",
+            "ExpressionAttributeValues": marshal({":purge": retain_until}),
+        }
     )
 
 
@@ -356,17 +388,6 @@ def _held_slot(op: Operation, update: str, values: dict[str, Any]) -> dict[str, 
     }
 
 
-def _installation_is(tenant: str, workspace: str, installation_id: str, version: int | None) -> dict[str, Any]:
-    pk, sk = installation_key(tenant, workspace, installation_id)
-    check: dict[str, Any] = {"TableName": table_name(), "Key": key(pk, sk)}
-    if version is None:
-        check["ConditionExpression"] = "attribute_not_exists(pk)"
-    else:
-        check["ConditionExpression"] = "version = :v"
-        check["ExpressionAttributeValues"] = marshal({":v": version})
-    return {"ConditionCheck": check}
-
-
 def _supersede(op: Operation, supersession: Supersession, now: int) -> dict[str, Any]:
     pk, sk = operation_key(op.tenant, op.workspace, supersession.operation_id)
     return {
@@ -399,7 +420,6 @@ def _supersede(op: Operation, supersession: Supersession, now: int) -> dict[str,
 class AdmissionConflict:
     existing_operation: Operation | None
     slot_changed: bool
-    installation_changed: bool
 
 
 def admit(
@@ -407,18 +427,18 @@ def admit(
     *,
     observed_slot: Slot | None,
     claimed_slot: Slot | None,
-    baseline_version: int | None,
     superseding: Supersession | None,
     now: int,
     retain_until: int | None = None,
 ) -> AdmissionConflict | None:
-    """Record the operation and claim the slot (superseding its holder if given), in one transaction, conditional
-    on the installation still being at the baseline version. ``claimed_slot`` None: the operation takes no slot
-    (it was settled at admission, and ``retain_until`` starts its retention clock)."""
+    """Record the operation and claim the slot (superseding its holder if given), in one transaction. The slot's
+    claim stands for the installation's version: every commit moves it (the commit frees the slot), so a slot still
+    as observed is an installation still at the version read with it (``admission.read_installation_behind`` tells
+    a read of the installation older than the slot's). ``claimed_slot`` None: the operation takes no slot (it was
+    settled at admission, and ``retain_until`` starts its retention clock)."""
     items = [operation_put(op, new=True, retain_until=retain_until)]
     if claimed_slot is not None:
         items.append(_claim_slot(op, observed_slot, claimed_slot))
-        items.append(_installation_is(op.tenant, op.workspace, op.installation_id, baseline_version))
         if superseding is not None:
             items.append(_supersede(op, superseding, now))
             # a superseded operation's consent wait (if any) goes with it: no decision can reach it any more
@@ -430,8 +450,7 @@ def admit(
         old = cancelled.old_item(0) if cancelled.failed(0) else None
         return AdmissionConflict(
             existing_operation=operation_of(old) if old else None,
-            slot_changed=cancelled.failed(1) or (superseding is not None and cancelled.failed(3)),
-            installation_changed=cancelled.failed(2),
+            slot_changed=cancelled.failed(1) or (superseding is not None and cancelled.failed(2)),
         )
     return None
 
@@ -456,6 +475,20 @@ def transition(
         transact(items, step="operation.transition")
     except TransactionCancelled as cancelled:
         raise ClaimLost(f"operation {op.operation_id} lost its claim (version {op.version})") from cancelled
+    return updated
+
+
+def record(op: Operation, updated: Operation) -> Operation:
+    """Write ``updated`` over ``op`` alone: one conditional PutItem fenced by op.version as :func:`transition` is,
+    for a phase that changes nothing but the operation (1 write unit where a transaction with the slot is 4). A
+    write that failed its fence because it had landed (an answer lost, botocore's retry meeting its own write) is
+    the success it was: the stored operation is ``updated``."""
+    put = operation_put(updated, new=False, expected_version=op.version)["Put"]
+    put.pop("TableName")
+    put.pop("ReturnValuesOnConditionCheckFailure")
+    old = dynamo.put_if(put)
+    if old is not None and not (old and operation_of(old) == updated):
+        raise ClaimLost(f"operation {op.operation_id} lost its claim (version {op.version})")
     return updated
 
 
@@ -486,6 +519,7 @@ class CommitConflict:
     slot_lost: bool
     quota_reached: bool = False
     release_unavailable: bool = False
+    counters_moved: bool = False  # the workspace's COUNT#BYTES moved into its counter meanwhile: commit again
 
 
 def commit(
@@ -497,14 +531,17 @@ def commit(
     counts: list[tuple[str | None, int, int]],
     lease_until: int,
     bytes_change: tuple[int, int] | None = None,
+    legacy_bytes: int = 0,
     holds: list[tuple[str, str, bool]] | None = None,
-    let_go: list[tuple[str, str]] | None = None,
 ) -> CommitConflict | None:
     """Compare-and-put the planned installation on the baseline version, with the operation's transition, the slot
-    (still ours; lease renewed), the live-installation counters, (``bytes_change``: delta, limit) the
-    workspace's referenced bytes and the releases the installation starts (``holds``: package, version, strict) and
-    stops (``let_go``) holding, in one transaction. A strict hold of a release that gave its blobs back cancels it
-    (``release_unavailable``)."""
+    (still ours), the live-installation counters and (``bytes_change``: delta, limit) the workspace's referenced bytes
+    (``legacy_bytes``: those of its ``COUNT#BYTES`` item as read, moved into its counter item), in one transaction.
+    ``committed`` settled (the commit settles the operation: docs/decisions.md, "Commit settles"): the slot is freed
+    as settlement frees it; otherwise its lease is renewed to ``lease_until``. The releases the plan newly holds
+    (``holds``: package, version, strict; their holders put by ``hold_before_commit``) have their generation bumped
+    in it (``reclaims.hold_fence``): a strict one (the active release) that gave its blobs back or is unavailable,
+    or one that is gone, cancels it (``release_unavailable``)."""
     from packyard.store import reclaims
 
     ipk, isk = installation_key(plan.tenant, plan.workspace, plan.installation_id)
@@ -514,44 +551,111 @@ def commit(
     else:
         put_installation["ConditionExpression"] = "version = :v"
         put_installation["ExpressionAttributeValues"] = marshal({":v": baseline_version})
+    slot = (
+        _freed_slot(op, committed, installation_version=plan.version)
+        if committed.state is OperationState.SETTLED
+        else slot_renewal(op, lease_until, None)
+    )
     items: list[dict[str, Any]] = [
         {"Put": put_installation},
         operation_put(committed, new=False, expected_version=op.version),
-        slot_renewal(op, lease_until, None),
+        slot,
     ]
     items.extend(
-        counters.count_change(plan.tenant, plan.workspace, task, delta, limit) for task, delta, limit in counts
+        counters.count_change(plan.tenant, plan.workspace, task, delta, limit)
+        for task, delta, limit in counts
+        if task is not None
     )
     counted = len(items)
-    if bytes_change is not None and bytes_change[0] != 0:
-        items.append(counters.bytes_change(plan.tenant, plan.workspace, *bytes_change))
-    quota_end = len(items)
-
-    def holder(package: str, version: str) -> ReleaseHolder:
-        return ReleaseHolder(
-            tenant=plan.tenant,
-            package=package,
-            version=version,
-            workspace=plan.workspace,
-            installation_id=plan.installation_id,
+    workspace_count = next(((delta, limit) for task, delta, limit in counts if task is None), None)
+    items.extend(
+        counters.workspace_change(
+            plan.tenant, plan.workspace, count=workspace_count, used=bytes_change, legacy_bytes=legacy_bytes
         )
-
-    for package, version, strict in holds or []:
-        items.extend(reclaims.hold(holder(package, version), strict=strict))
-    for package, version in let_go or []:
-        items.extend(reclaims.let_go(holder(package, version), plan.updated_at))
+    )
+    quota_end = len(items)
+    items.extend(
+        reclaims.hold_fence(_holder(op, package, version, plan.version), strict=strict)
+        for package, version, strict in holds or []
+    )
     try:
         transact(items, step="operation.commit")
     except TransactionCancelled as cancelled:
+        bounded = counted < quota_end and cancelled.failed(counted)
+        exceeded = counters.limit_exceeded(cancelled.old_item(counted), workspace_count) if bounded else None
         return CommitConflict(
             installation_changed=cancelled.failed(0),
             operation_changed=cancelled.failed(1),
             slot_lost=cancelled.failed(2),
-            limit_reached=any(cancelled.failed(i) for i in range(3, counted)),
-            quota_reached=any(cancelled.failed(i) for i in range(counted, quota_end)),
+            limit_reached=any(cancelled.failed(i) for i in range(3, counted)) or exceeded == "installations",
+            quota_reached=exceeded == "bytes",
+            counters_moved=any(cancelled.failed(i) for i in range(counted + 1, quota_end)),
             release_unavailable=any(cancelled.failed(i) for i in range(quota_end, len(items))),
         )
     return None
+
+
+def _holder(op: Operation, package: str, version: str, planned_version: int) -> ReleaseHolder:
+    """The holder of ``package@version`` by ``op``'s installation, made before the commit of ``planned_version``."""
+    return ReleaseHolder(
+        tenant=op.tenant,
+        package=package,
+        version=version,
+        workspace=op.workspace,
+        installation_id=op.installation_id,
+        held_by=op.operation_id,
+        held_at=planned_version,
+    )
+
+
+def hold_before_commit(op: Operation, planned_version: int, holds: list[tuple[str, str, bool]]) -> None:
+    """Put the holders of the releases the plan newly holds (package, version, strict), before its commit (one
+    single-item write each, ``reclaims.put_holder``); the commit bumps their generation. Holders of a commit that is
+    refused stay for the refusal's ``drop_holds``."""
+    from packyard.store import reclaims
+
+    for package, version, _ in holds:
+        reclaims.put_holder(_holder(op, package, version, planned_version))
+
+
+def let_go_after_commit(op: Operation, committed_version: int, let_go: list[tuple[str, str]], now: int) -> None:
+    """After the commit of ``committed_version``: the installation's holders of the releases it stopped holding go
+    (``reclaims.let_go_now``), a yanked one (read in one request) due at once. One lost here (the run died) is a
+    stale holder the reclaimer drops."""
+    if not let_go:
+        return
+    from packyard.store import catalog, reclaims
+
+    releases = catalog.read_releases(op.tenant, let_go)
+    for package, version in let_go:
+        release = releases.get((package, version))
+        reclaims.let_go_now(
+            _holder(op, package, version, committed_version),
+            through_version=committed_version,
+            yanked=release is not None and release.yanked_at is not None,
+            now=now,
+        )
+
+
+def drop_holds(op: Operation, planned_version: int, holds: list[tuple[str, str, bool]]) -> None:
+    """A refused operation takes back the holds ``hold_before_commit`` may have made (``reclaims.drop_hold``; one
+    not made, or another operation's, stays). Call it once the refusal is recorded."""
+    from packyard.store import reclaims
+
+    for package, version, _ in holds:
+        reclaims.drop_hold(_holder(op, package, version, planned_version), held_by=op.operation_id)
+
+
+def _freed_slot(op: Operation, settled: Operation, *, installation_version: int | None = None) -> dict[str, Any]:
+    """The slot freed by ``op`` settling (as ``settled``): it records the installation's latest settled operation
+    (and, freed by a commit, the ``installation_version`` it wrote), and its claim moves on (a compare-and-set for
+    whoever takes it next)."""
+    update = "SET lastSettled = :op, lastSettledAt = :now, pending = :false ADD claim :one REMOVE operationId"
+    values: dict[str, Any] = {":now": settled.settled_at, ":false": False, ":one": 1}
+    if installation_version is not None:
+        update = update.replace("pending = :false", "pending = :false, installationVersion = :iv")
+        values[":iv"] = installation_version
+    return _held_slot(op, update, values)
 
 
 def settle(
@@ -570,13 +674,7 @@ def settle(
     items = [operation_put(settled, new=False, expected_version=op.version)]
     holds_slot = slot is not None and slot.operation_id == op.operation_id
     if holds_slot:
-        items.append(
-            _held_slot(
-                op,
-                "SET lastSettled = :op, lastSettledAt = :now, pending = :false ADD claim :one REMOVE operationId",
-                {":now": settled.settled_at, ":false": False, ":one": 1},
-            )
-        )
+        items.append(_freed_slot(op, settled))
         if retire is not None:
             retired_id, retain_until = retire
             pk, sk = operation_key(op.tenant, op.workspace, retired_id)
