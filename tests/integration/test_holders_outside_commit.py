@@ -6,23 +6,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import boto3
 import pytest
 
-from devstack import lambdas
 from devstack.caller import Caller
 from packyard import clock
 from packyard.maintenance import reclaim
 from packyard.publishing.models import Release
-from packyard.store import catalog, due, dynamo, reclaims, workflows
+from packyard.store import catalog, dynamo, reclaims, workflows
 from packyard.store.dynamo import TransactionCancelled
 from packyard.store.records import ReleaseHolder
 from packyard_cli.build import build_from_files
 from tests.support.callers import all_keys
 from tests.support.metrics import emitted_metrics
+from tests.support.sweeping import sweep_by_function
 
 WS = "ws-holders"
 TENANT = "t-acme"
@@ -344,22 +343,7 @@ def test_hold_now_never_lowers_a_holders_version(stack: Any, acme: Caller) -> No
 
 
 def _sweep(stack: Any, at: int) -> Counter[str]:
-    """Every shard of the cleanup jobs, then of the blobs, through the sweeper function (its role), as if at ``at``."""
-    totals: Counter[str] = Counter()
-    for kind in ("job", "blob"):
-        for shard in range(due.SHARDS):
-            event: dict[str, Any] = {"kind": kind, "shard": shard, "time": _iso(at)}
-            while True:
-                answer = lambdas.invoke_handler(stack.functions["SweeperFunction"], event)
-                totals.update(answer["counts"])
-                if not answer.get("cursor"):
-                    break
-                event = {**event, "cursor": answer["cursor"]}
-    return totals
-
-
-def _iso(at: int) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return sweep_by_function(stack, at)
 
 
 def test_a_holder_of_an_installation_removed_since_is_dropped_and_the_blobs_are_given_back(

@@ -22,9 +22,10 @@ from packyard import clock
 from packyard.errors import ReleaseUnavailable
 from packyard.maintenance import reclaim
 from packyard.publishing import publication
-from packyard.store import catalog, due, reclaims, workflows
+from packyard.store import catalog, reclaims, workflows
 from packyard_cli.build import build_from_files
 from tests.support.callers import all_keys, used_bytes
+from tests.support.sweeping import sweep_by_function
 
 WS = "ws-reclaim"
 TENANT = "t-acme"
@@ -37,18 +38,7 @@ def _iso(at: int) -> str:
 
 
 def _sweep(stack, at: int, kinds: tuple[str, ...] = ("job", "blob")) -> Counter[str]:
-    """Every shard of ``kinds`` through the sweeper function, page after page, as if at ``at``."""
-    totals: Counter[str] = Counter()
-    for kind in kinds:
-        for shard in range(due.SHARDS):
-            event: dict[str, Any] = {"kind": kind, "shard": shard, "time": _iso(at)}
-            while True:
-                answer = lambdas.invoke_handler(stack.functions["SweeperFunction"], event)
-                totals.update(answer["counts"])
-                if not answer.get("cursor"):
-                    break
-                event = {"kind": kind, "shard": shard, "time": _iso(at), "cursor": answer["cursor"]}
-    return totals
+    return sweep_by_function(stack, at, kinds)
 
 
 def _sweep_machine(stack, at: int) -> None:

@@ -28,6 +28,24 @@ def scheduled_time(at: int) -> str:
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def sweep_by_function(stack: devstack.Stack, at: int, kinds: Iterable[str] = ("job", "blob")) -> Counter[str]:
+    """Every shard of ``kinds`` through the sweeper function (its role), page after page, as if at ``at``; what the
+    pages did, summed."""
+    from devstack import lambdas
+
+    totals: Counter[str] = Counter()
+    for kind in kinds:
+        for shard in range(due.SHARDS):
+            event: dict[str, Any] = {"kind": kind, "shard": shard, "time": scheduled_time(at)}
+            while True:
+                answer = lambdas.invoke_handler(stack.functions["SweeperFunction"], event)
+                totals.update(answer["counts"])
+                if not answer.get("cursor"):
+                    break
+                event = {**event, "cursor": answer["cursor"]}
+    return totals
+
+
 def run_maintenance(stack: devstack.Stack, at: int) -> Counter[str]:
     """The maintenance state machine started with the scheduled event as if at ``at``, run to its end (it must
     succeed); what all its pages did, summed."""
