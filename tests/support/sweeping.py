@@ -13,6 +13,7 @@ import boto3
 import pytest
 
 import devstack
+from devstack import lambdas
 from devstack.api import ApiResponse
 from devstack.caller import Caller
 from packyard.maintenance import sweeps
@@ -31,8 +32,6 @@ def scheduled_time(at: int) -> str:
 def sweep_by_function(stack: devstack.Stack, at: int, kinds: Iterable[str] = ("job", "blob")) -> Counter[str]:
     """Every shard of ``kinds`` through the sweeper function (its role), page after page, as if at ``at``; what the
     pages did, summed."""
-    from devstack import lambdas
-
     totals: Counter[str] = Counter()
     for kind in kinds:
         for shard in range(due.SHARDS):

@@ -213,7 +213,7 @@ class Slot(BaseModel):
     last_settled_at: int | None = Field(default=None, alias="lastSettledAt")
     # the installation's version as the last commit that freed the slot left it (0: none yet); None on slots
     # written before it was kept. Admission tells a stale read of the installation by it (docs/decisions.md,
-    # "Admission without the installation's ConditionCheck")
+    # "Commit settles; ...; admission without the installation check")
     installation_version: int | None = Field(default=None, alias="installationVersion")
 
 

@@ -170,13 +170,14 @@ def plan_task(
     plan = compute_plan(op, operation_id, now)
     if op.plan is not None and not op.plan.same_content(plan):
         raise StaleAuthority(f"operation {operation_id}: the re-computed plan differs from the recorded one")
+    keeps_lease = lease_kept(op.lease_until, now)  # then the slot keeps its copy too: the operation alone is written
     planned = op.model_copy(
         update={
             "state": OperationState.PLANNED,
             "version": op.version + 1,
             "plan": plan,
             "runner": runner,
-            "lease_until": op.lease_until if lease_kept(op.lease_until, now) else lease_until(now),
+            "lease_until": op.lease_until if keeps_lease else lease_until(now),
             "updated_at": now,
         }
     )
@@ -190,7 +191,7 @@ def plan_task(
                 )
             }
         )
-    if planned.lease_until == op.lease_until:
+    if keeps_lease:
         workspace.record(op, planned)  # admission's lease is still good: the slot keeps it, one write
     else:
         workspace.transition(op, planned, slot_lease=planned.lease_until)

@@ -145,16 +145,13 @@ def put_holder(holder: ReleaseHolder) -> None:
     if holder.held_by is None or holder.held_at is None:
         raise ValueError("a hold made before the commit names its operation and planned version (heldBy, heldAt)")
     pk, sk = holder_key(holder)
-    try:
-        dynamo.dynamodb().put_item(
-            TableName=table_name(),
-            Item=to_item(pk, sk, holder),
-            ConditionExpression="attribute_not_exists(heldAt) OR heldAt <= :at",
-            ExpressionAttributeValues=marshal({":at": holder.held_at}),
-        )
-    except Exception as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise dynamo.translate_error(exc) from exc
+    dynamo.put_if(  # a later hold (a larger heldAt) stays as it is
+        {
+            "Item": to_item(pk, sk, holder),
+            "ConditionExpression": "attribute_not_exists(heldAt) OR heldAt <= :at",
+            "ExpressionAttributeValues": marshal({":at": holder.held_at}),
+        }
+    )
 
 
 def holdable(tenant: str, package: str, version: str) -> dict[str, Any]:

@@ -194,15 +194,17 @@ def read_for_commit(
 def retire(tenant: str, workspace: str, operation_id: str, retain_until: int) -> None:
     """Start the retention clock (TTL) of a settled operation that is no longer the installation's latest: one
     idempotent write, not part of any transaction (a missing operation is fine)."""
-    pk, sk = operation_key(tenant, workspace, operation_id)
-    dynamo.update(
-        {
-            "Key": key(pk, sk),
-            "UpdateExpression": f"SET {dynamo.TTL_ATTRIBUTE} = :purge",
-            "ConditionExpression": "attribute_exists(pk)",
-            "ExpressionAttributeValues": marshal({":purge": retain_until}),
-        }
-    )
+    dynamo.update(_retirement(tenant, workspace, operation_id, retain_until))
+
+
+def _retirement(tenant: str, workspace: str, operation_id: str, retain_until: int) -> dict[str, Any]:
+    """The UpdateItem (no table name) that starts a settled operation's retention clock, if it still exists."""
+    return {
+        "Key": key(*operation_key(tenant, workspace, operation_id)),
+        "UpdateExpression": f"SET {dynamo.TTL_ATTRIBUTE} = :purge",
+        "ConditionExpression": "attribute_exists(pk)",
+        "ExpressionAttributeValues": marshal({":purge": retain_until}),
+    }
 
 
 def read_operation_and_release(
@@ -650,12 +652,12 @@ def _freed_slot(op: Operation, settled: Operation, *, installation_version: int 
     """The slot freed by ``op`` settling (as ``settled``): it records the installation's latest settled operation
     (and, freed by a commit, the ``installation_version`` it wrote), and its claim moves on (a compare-and-set for
     whoever takes it next)."""
-    update = "SET lastSettled = :op, lastSettledAt = :now, pending = :false ADD claim :one REMOVE operationId"
+    sets = "lastSettled = :op, lastSettledAt = :now, pending = :false"
     values: dict[str, Any] = {":now": settled.settled_at, ":false": False, ":one": 1}
     if installation_version is not None:
-        update = update.replace("pending = :false", "pending = :false, installationVersion = :iv")
+        sets += ", installationVersion = :iv"
         values[":iv"] = installation_version
-    return _held_slot(op, update, values)
+    return _held_slot(op, f"SET {sets} ADD claim :one REMOVE operationId", values)
 
 
 def settle(
@@ -676,19 +678,7 @@ def settle(
     if holds_slot:
         items.append(_freed_slot(op, settled))
         if retire is not None:
-            retired_id, retain_until = retire
-            pk, sk = operation_key(op.tenant, op.workspace, retired_id)
-            items.append(
-                {
-                    "Update": {
-                        "TableName": table_name(),
-                        "Key": key(pk, sk),
-                        "UpdateExpression": f"SET {dynamo.TTL_ATTRIBUTE} = :purge",
-                        "ConditionExpression": "attribute_exists(pk)",
-                        "ExpressionAttributeValues": marshal({":purge": retain_until}),
-                    }
-                }
-            )
+            items.append({"Update": {"TableName": table_name(), **_retirement(op.tenant, op.workspace, *retire)}})
     if drop_consent_wait:
         items.append(consent_wait_deletion(op))
     if confirm_installation is not None:
