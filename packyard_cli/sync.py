@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -540,7 +541,7 @@ def sync_workspace(
             wanted = {r.installation_id for r in releases}
             notify({"event": "start", "installations": len(releases)})
             for index, release in enumerate(releases):
-                on_disk = tree.get(release.installation_id)
+                on_disk = _installation_files(tree, place.root_fd, release.installation_id)
                 notify({"event": "installation", "installation": release.installation_id, "index": index})
                 if _unchanged(place, release, on_disk):
                     result.unchanged.append(release.installation_id)
@@ -629,7 +630,7 @@ def check_workspace(
         for name in sorted(set(tree) - wanted - {STATE_FOLDER}):
             result.drift.append(Drift(name, "", "unexpected", "not in the resolved view"))
         for release in releases:
-            on_disk = tree.get(release.installation_id)
+            on_disk = _installation_files(tree, root_fd, release.installation_id)
             if on_disk is None:
                 result.drift.append(Drift(release.installation_id, "", "missing", "no folder for this installation"))
                 continue
@@ -641,6 +642,20 @@ def check_workspace(
     finally:
         os.close(root_fd)
     return result
+
+
+def _installation_files(tree: dict[str, dict[str, Entry]], root_fd: int, installation: str) -> dict[str, Entry] | None:
+    """The files of an installation's folder as scanned; None when there is no such folder. A folder whose files
+    are all gone lists nothing in the scan, and is an installation with no files (each of them removed), not a
+    missing one."""
+    found = tree.get(installation)
+    if found is not None:
+        return found
+    try:
+        is_folder = stat.S_ISDIR(os.stat(installation, dir_fd=root_fd, follow_symlinks=False).st_mode)
+    except FileNotFoundError:
+        return None
+    return {} if is_folder else None
 
 
 def _recorded_manifest(root_fd: int, release: ReleaseRef) -> bytes | None:
