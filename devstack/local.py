@@ -159,7 +159,7 @@ def start(
     from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    from devstack import lambdas, persistence, serializable, transport
+    from devstack import lambdas, persistence, serializable, transport, wakes
     from devstack.api import LocalApi
     from devstack.oidc import issuer_for
     from devstack.openapi import generate
@@ -238,6 +238,8 @@ def start(
         stoppers.append(serializable.uninstall)
         lambdas.install(stack)
         stoppers.append(lambdas.uninstall)
+        wakes.install()  # a wait for an operation reads it when it comes to rest, not after every pause
+        stoppers.append(wakes.uninstall)
         install_retry_clock(retry_wait_scale)
         stoppers.append(uninstall_retry_clock)
         install_execution_names()

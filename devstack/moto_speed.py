@@ -415,6 +415,86 @@ def _uninstall_update_expressions() -> None:
     setattr(validators, "deepcopy", _installed.pop("validators.deepcopy"))  # noqa: B010
 
 
+# ------------------------------------------------------------------ DynamoDB condition expressions
+
+CONDITIONS_KEPT = 512
+
+_conditions: OrderedDict[tuple[str, tuple[tuple[str, str], ...]], tuple[Any, list[str], list[str]]] = OrderedDict()
+_conditions_lock = threading.Lock()
+
+
+def _condition_structure(parser: Any) -> Any:
+    """moto's ``ConditionExpressionParser.parse`` up to its syntax tree (moto 5.2: lex, paths, functions,
+    comparators, IN, BETWEEN, parentheses and booleans, then the redundant-parentheses check)."""
+    nodes = parser._lex_condition_expression()
+    for step in (
+        parser._parse_paths,
+        parser._apply_functions,
+        parser._apply_comparator,
+        parser._apply_in,
+        parser._apply_between,
+        parser._apply_parens_and_booleans,
+    ):
+        nodes = step(nodes)
+    node = nodes[0]
+    parser._assert_no_redundant_parentheses(node)
+    return node
+
+
+def _bind_values(node: Any, values: Any, value_kind: str) -> Any:
+    """The tree with each ``:value`` operand holding this request's value (``values[name]``: a missing one raises
+    ``KeyError`` and no values at all ``TypeError``, as moto's lookup does while it parses)."""
+    if node.kind == value_kind:
+        return node._replace(value=values[node.text])
+    if not node.children:
+        return node
+    return node._replace(children=[_bind_values(child, values, value_kind) for child in node.children])
+
+
+def _parse_condition(self: Any) -> Any:
+    """``ConditionExpressionParser.parse`` with the syntax tree kept per (expression text, attribute names): moto lexes
+    and parses every condition again for each request, twice (its handler validates the names, its backend
+    evaluates), a tenth of the stack's CPU under load. The tree depends only on the text and the names; the
+    ``:values`` are bound into a copy of it per request and the ``Op`` built from that as moto builds it. A text
+    that does not parse raises each time, as before (nothing is kept for it)."""
+    expression = self.condition_expression
+    if not expression:
+        return _installed["ConditionExpressionParser.parse"](self)
+    names = self.expression_attribute_names
+    key = (expression, tuple(sorted(names.items())) if names else ())
+    with _conditions_lock:
+        kept = _conditions.get(key)
+        if kept is not None:
+            _conditions.move_to_end(key)
+    if kept is None:
+        node = _condition_structure(self)
+        kept = (node, self._find_literals(node), self._find_expr_attr_values(node))
+        with _conditions_lock:
+            _conditions[key] = kept
+            while len(_conditions) > CONDITIONS_KEPT:
+                _conditions.popitem(last=False)
+    else:
+        node = _bind_values(kept[0], self.expression_attribute_values, self.Kind.EXPRESSION_ATTRIBUTE_VALUE)
+    self.expr_attr_names_found.extend(kept[1])
+    self.expr_attr_values_found.extend(kept[2])
+    return self._make_op_condition(node)
+
+
+def _install_conditions() -> None:
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    _installed["ConditionExpressionParser.parse"] = ConditionExpressionParser.__dict__["parse"]
+    setattr(ConditionExpressionParser, "parse", _parse_condition)  # noqa: B010
+
+
+def _uninstall_conditions() -> None:
+    from moto.dynamodb.comparisons import ConditionExpressionParser
+
+    setattr(ConditionExpressionParser, "parse", _installed.pop("ConditionExpressionParser.parse"))  # noqa: B010
+    with _conditions_lock:
+        _conditions.clear()
+
+
 # ------------------------------------------------------------------ install
 
 
@@ -428,11 +508,13 @@ def install() -> None:
     _install_shared_clients()
     _install_static_lookups()
     _install_update_expressions()
+    _install_conditions()
 
 
 def uninstall() -> None:
     if not _installed:
         return
+    _uninstall_conditions()
     _uninstall_update_expressions()
     _uninstall_static_lookups()
     _uninstall_shared_clients()

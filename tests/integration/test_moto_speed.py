@@ -296,3 +296,109 @@ def test_a_syntax_tree_copies_as_deepcopy_copies_it() -> None:
         mine, generic = moto_speed._copy_tree(tree), copy.deepcopy(tree)
         assert _shape_of(mine) == _shape_of(generic) == _shape_of(tree)
         assert mine is not tree and all(a is not b for a, b in zip(mine.children, tree.children, strict=True))
+
+
+# (ConditionExpression, ExpressionAttributeNames, two sets of ExpressionAttributeValues): the shapes the store writes
+# (tests/../shared/packyard/store) and every construct moto's condition grammar has
+CONDITIONS: list[tuple[str, dict[str, str] | None, dict[str, Any], dict[str, Any]]] = [
+    ("attribute_exists(pk)", None, {}, {}),
+    ("attribute_exists(pk) AND attribute_not_exists(#shard)", {"#shard": "dueShard"}, {}, {}),
+    (
+        "#state = :expected AND #token = :token",
+        {"#state": "state", "#token": "token"},
+        {":expected": {"S": "a"}, ":token": {"S": "t1"}},
+        {":expected": {"S": "b"}, ":token": {"S": "t2"}},
+    ),
+    ("attribute_not_exists(usedBytes) OR usedBytes <= :room", None, {":room": {"N": "10"}}, {":room": {"N": "99"}}),
+    (
+        "version = :v AND #state = :waiting",
+        {"#state": "state"},
+        {":v": {"N": "1"}, ":waiting": {"S": "w"}},
+        {":v": {"N": "7"}, ":waiting": {"S": "x"}},
+    ),
+    (
+        "attribute_exists(pk) AND #status <> :unavailable",
+        {"#status": "status"},
+        {":unavailable": {"S": "u"}},
+        {":unavailable": {"S": "v"}},
+    ),
+    (
+        "a = :x AND (resumes = :read0)",
+        None,
+        {":x": {"N": "1"}, ":read0": {"N": "0"}},
+        {":x": {"N": "2"}, ":read0": {"N": "3"}},
+    ),
+    (
+        "NOT (a BETWEEN :lo AND :hi) OR b IN (:p, :q, :r)",
+        None,
+        {":lo": {"N": "1"}, ":hi": {"N": "5"}, ":p": {"S": "p"}, ":q": {"S": "q"}, ":r": {"S": "r"}},
+        {":lo": {"N": "2"}, ":hi": {"N": "6"}, ":p": {"S": "P"}, ":q": {"S": "Q"}, ":r": {"S": "R"}},
+    ),
+    (
+        "size(#l) > :n AND begins_with(m.k, :pre) AND contains(s, :e) AND attribute_type(#l, :t)",
+        {"#l": "list"},
+        {":n": {"N": "2"}, ":pre": {"S": "ab"}, ":e": {"S": "e"}, ":t": {"S": "L"}},
+        {":n": {"N": "3"}, ":pre": {"S": "cd"}, ":e": {"S": "f"}, ":t": {"S": "M"}},
+    ),
+    ("l[1].x >= :v", None, {":v": {"N": "1"}}, {":v": {"B": "AAE="}}),
+]
+BAD_CONDITIONS: list[tuple[str, dict[str, str] | None, dict[str, Any]]] = [
+    ("a = :missing", None, {":other": {"S": "x"}}),  # a value the request does not name
+    ("#missing = :v", None, {":v": {"S": "x"}}),  # a name the request does not name
+    ("a = = :v", None, {":v": {"S": "x"}}),  # does not parse
+    ("((a = :v))", None, {":v": {"S": "x"}}),  # redundant parentheses
+    ("size = :v", None, {":v": {"S": "x"}}),  # a reserved word
+    ("a = :v", None, None),  # no values at all
+]
+
+
+def _rendered(value: Any) -> Any:
+    """An ``Op`` tree as plain data: each object's class and attributes, recursively."""
+    if isinstance(value, list | tuple):
+        return [_rendered(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _rendered(v) for k, v in value.items()}
+    if hasattr(value, "__dict__"):
+        return (type(value).__name__, {k: _rendered(v) for k, v in vars(value).items()})
+    return repr(value)
+
+
+def _parsed(expression: str, names: dict[str, str] | None, values: dict[str, Any] | None) -> Any:
+    from moto.dynamodb.comparisons import create_condition_expression_parser
+
+    parser = create_condition_expression_parser(expression, names, values)
+    try:
+        op = parser.parse()
+    except Exception as exc:
+        return (type(exc).__name__, str(exc))
+    return _rendered(op), parser.expr_attr_names_found, parser.expr_attr_values_found
+
+
+def test_conditions_parse_as_motos_own_with_their_trees_kept(stack: Any) -> None:
+    """Each condition met three times (a new text, then kept with other values, then kept again): the same ``Op``
+    tree, names and values found, and the same exception for one that is wrong, as moto's own parser gives."""
+    calls = [(text, names, values) for text, names, first, second in CONDITIONS for values in (first, second, first)]
+    calls += [(text, names, values) for text, names, values in BAD_CONDITIONS for _ in range(2)]
+    calls += [(text, names, {":v": {"S": "x"}, ":missing": {"S": "y"}}) for text, names, _ in BAD_CONDITIONS[:1]]
+    kept = [_parsed(*call) for call in calls]
+    assert moto_speed._conditions  # the texts that parse are kept
+    moto_speed._uninstall_conditions()
+    try:
+        own = [_parsed(*call) for call in calls]
+    finally:
+        moto_speed._install_conditions()
+    assert kept == own
+    assert sum(isinstance(outcome[0], str) for outcome in own) >= len(BAD_CONDITIONS)  # the refusals were met
+
+
+def test_conditional_writes_answer_as_motos_own_with_kept_conditions(stack: Any) -> None:
+    import boto3
+
+    client = boto3.client("dynamodb")
+    kept = _run_updates(client, stack.table_name, "t-cond-kept")
+    moto_speed._uninstall_conditions()
+    try:
+        own = _run_updates(client, stack.table_name, "t-cond-own")
+    finally:
+        moto_speed._install_conditions()
+    assert kept == own

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -77,17 +78,37 @@ def budget(seconds: float, lambda_context: Any) -> float:
     return max(0.0, min(seconds, left))
 
 
+Alarm = Callable[[Operation, float], AbstractContextManager[Callable[[float], None]]]
+"""Given the operation waited on and the wait's deadline (``time.monotonic``), a context that yields the pause to
+use between reads: one that ends as soon as the operation is written at rest."""
+
+_alarm: Alarm | None = None
+
+
+def wake_with(alarm: Alarm | None) -> None:
+    """Let a runtime that sees the table's writes end a wait's pauses when its operation comes to rest (the local
+    stack: ``devstack.wakes``), so the wait reads it about once instead of after every pause. AWS has no such
+    signal a Lambda could wait on for less than the reads cost (docs/decisions.md, "Waiting for an operation"):
+    there the pauses are the schedule. None: the schedule everywhere."""
+    global _alarm
+    _alarm = alarm
+
+
 def until_at_rest(
     current: Operation,
     read: Callable[[], Operation],
     seconds: float,
     *,
     clock: Callable[[], float] = time.monotonic,
-    pause: Callable[[float], None] = time.sleep,
+    pause: Callable[[float], None] | None = None,
 ) -> Waited[Operation]:
     """Read the operation again, with growing pauses, until it is at rest or ``seconds`` pass; the last read is
-    made at the deadline, so an operation still moving is answered as it stands then."""
-    return until(current, read, at_rest, seconds, clock=clock, pause=pause)
+    made at the deadline, so an operation still moving is answered as it stands then. Without a ``pause`` of the
+    caller's, a runtime's alarm (:func:`wake_with`) may end each pause early."""
+    if pause is not None or _alarm is None or at_rest(current):
+        return until(current, read, at_rest, seconds, clock=clock, pause=pause or time.sleep)
+    with _alarm(current, time.monotonic() + seconds) as woken:
+        return until(current, read, at_rest, seconds, clock=clock, pause=woken)
 
 
 def until(

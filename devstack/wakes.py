@@ -1,0 +1,136 @@
+"""Waits woken when their operation comes to rest: the local stack's alarm for ``packyard.operations.waiting``.
+
+A request that waits for an operation (``Prefer: wait=N``, ``?wait=N``) reads it again after pauses of 100 ms,
+200 ms, 400 ms, 800 ms, then every second (``waiting.pause_before``): on AWS that schedule is the wait, because a
+Lambda has nothing cheaper to wait on than the reads themselves. The local stack holds the table in this process,
+so it can tell a wait the moment its operation is written at rest (``settled``, ``awaiting_consent``, ``pending``):
+each pause ends then, and without such a write it lasts a second (``waiting.LONGEST_PAUSE_SECONDS``) instead of the
+growing schedule. A lifecycle that settles in about a second is then read once or twice instead of four or five
+times, each read a whole GetItem through botocore and moto: under the load benchmark those reads were a sixth of
+the stack's CPU (docs/decisions.md, "Local stack throughput, fifth pass").
+
+Only a write that leaves a waited operation at rest wakes its waiter: waking at every write of the operation (the
+plan's, the commit's) was measured in the fourth pass and cost more than it saved. What the waiter answers is what
+it would have answered after its next pause: it still reads the operation, strongly consistent, and decides
+from what it read.
+
+Installed by ``packyard local`` (:func:`devstack.local.start`); :func:`install` patches moto's DynamoDB writes and
+sets the alarm, :func:`uninstall` undoes both.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from packyard.operations import waiting
+from packyard.operations.models import Operation
+from packyard.store.workspace import operation_key
+
+STATE_ATTRIBUTE = "state"
+AT_REST_VALUES = frozenset(state.value for state in waiting.AT_REST)
+
+Key = tuple[str, str]
+
+_lock = threading.Lock()
+_waiters: dict[Key, list[threading.Event]] = {}
+_undo: list[Callable[[], None]] = []
+
+
+@contextmanager
+def alarm(op: Operation, deadline: float) -> Iterator[Callable[[float], None]]:
+    """``waiting.Alarm``: while the wait lasts, a write that leaves ``op`` at rest sets this wait's event; each pause
+    ends at that event or after a second (never past ``deadline``)."""
+    key = operation_key(op.tenant, op.workspace, op.operation_id)
+    woken = threading.Event()
+    with _lock:
+        _waiters.setdefault(key, []).append(woken)
+    try:
+
+        def pause(step: float) -> None:
+            woken.wait(min(max(step, waiting.LONGEST_PAUSE_SECONDS), max(0.0, deadline - time.monotonic())))
+            woken.clear()
+
+        yield pause
+    finally:
+        with _lock:
+            events = _waiters.get(key, [])
+            if woken in events:
+                events.remove(woken)
+            if not events:
+                _waiters.pop(key, None)
+
+
+def _string(attribute: Any) -> str | None:
+    return attribute.get("S") if isinstance(attribute, dict) else None
+
+
+def _keys_written(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Key]]:
+    """(table, (pk, sk)) of each item a DynamoDBBackend write names (moto's own argument names and order)."""
+    if name == "transact_write_items":
+        items = kwargs.get("transact_items", args[0] if args else [])
+        found = []
+        for item in items:
+            for kind in ("Put", "Update", "Delete"):
+                request = item.get(kind)
+                if request:
+                    attributes = request.get("Item") or request.get("Key") or {}
+                    found.append(
+                        (request.get("TableName", ""), (_string(attributes.get("pk")), _string(attributes.get("sk"))))
+                    )
+        return found  # type: ignore[return-value]
+    table = kwargs.get("table_name", args[0] if args else "")
+    attributes = kwargs.get("item_attrs" if name == "put_item" else "key", args[1] if len(args) > 1 else {})
+    return [(table, (_string(attributes.get("pk")), _string(attributes.get("sk"))))]  # type: ignore[list-item]
+
+
+def _at_rest(backend: Any, table_name: str, key: Key) -> bool:
+    from moto.dynamodb.models.dynamo_type import DynamoType
+
+    try:
+        item = backend.get_table(table_name).get_item(DynamoType({"S": key[0]}), DynamoType({"S": key[1]}))
+    except Exception:  # a table or key moto refuses: nothing to wake
+        return False
+    state = item.attrs.get(STATE_ATTRIBUTE) if item is not None else None
+    return state is not None and state.value in AT_REST_VALUES
+
+
+def _waking(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def write(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if _waiters:  # read without the lock: a wait that registers meanwhile reads after its first pause anyway
+            for table_name, key in _keys_written(name, args, kwargs):
+                with _lock:
+                    events = list(_waiters.get(key, ()))
+                if events and _at_rest(self, table_name, key):
+                    for event in events:
+                        event.set()
+        return result
+
+    return write
+
+
+def install() -> None:
+    """Wake waits at their operation's rest (idempotent)."""
+    from moto.dynamodb.models import DynamoDBBackend
+
+    if _undo:
+        return
+    for name in ("put_item", "update_item", "transact_write_items"):
+        original = DynamoDBBackend.__dict__[name]
+        setattr(DynamoDBBackend, name, _waking(name, original))
+        _undo.append(functools.partial(setattr, DynamoDBBackend, name, original))
+    waiting.wake_with(alarm)
+    _undo.append(functools.partial(waiting.wake_with, None))
+
+
+def uninstall() -> None:
+    while _undo:
+        _undo.pop()()
+    with _lock:
+        _waiters.clear()
