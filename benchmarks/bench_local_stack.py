@@ -20,17 +20,19 @@ asserts nothing.
    (PUT/DELETE to settled), errors (target 0), RSS before and after. Targets (issue 24): >= 20 operations/s with
    16 clients on a 2-core machine, lifecycle p50 < 1 s, 0 errors, memory flat.
 
-Polling adds up to one interval to every lifecycle figure: 10 ms in (1); in (3) the waits start at 50 ms and grow
+Polling adds up to one interval to every lifecycle figure: 10 ms in (1); in (3) with ``--poll`` the waits start at 50 ms and grow
 by half each time up to 500 ms (at most a third of the figure), so 16 clients' polling does not become the load
-(until issue 24 the client slept a constant 50 ms: 16 clients read their operations 320 times a second). With
-``--wait N`` the load's clients poll not at all: each change asks ``Prefer: wait=N`` and a read ``?wait=N``, as
-``packyard install`` does (issue 23); the service then re-reads the operation itself, from 100 ms on.
+(until issue 24 the client slept a constant 50 ms: 16 clients read their operations 320 times a second). By default
+(``--wait 20``) the load's clients poll not at all: each change asks ``Prefer: wait=N`` and a read ``?wait=N``, as
+``packyard install`` does (issue 23); the service then re-reads the operation itself, on AWS from 100 ms on, on the
+local stack when the operation comes to rest (``devstack.wakes``). ``--poll`` gives clients that poll instead.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import statistics
 import sys
@@ -56,6 +58,18 @@ LOAD_TARGET_OPS = 20.0
 """Issue 24: with 16 clients on a 2-core machine, at least this many operations settled a second ..."""
 LOAD_TARGET_LIFECYCLE_P50 = 1.0
 """... and a lifecycle p50 under this many seconds, with 0 errors and memory flat."""
+LOAD_WAIT_SECONDS = 20
+"""The load's clients wait as ``packyard install`` does since issue 23 (``Prefer: wait=20``, then ``?wait=20``);
+``--poll`` gives clients that poll instead."""
+CALIBRATION_LOOP = 30_000_000
+
+
+def calibration_seconds() -> float:
+    """CPU seconds of a fixed pure-Python loop on this machine: the figure that says how fast a core is, so that
+    the CPU per operation of runs on different machines can be compared (2026-12-05: 1.30-1.38 s)."""
+    started = time.process_time()
+    sum(range(CALIBRATION_LOOP))
+    return time.process_time() - started
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -174,6 +188,7 @@ class LoadResult:
     errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     stack_cpu_seconds: float = 0.0
+    clients_cpu_seconds: float = 0.0
 
 
 def load(stack: StackProcess, clients: int, seconds: float, wait: int | None = None) -> tuple[LoadResult, float]:
@@ -216,13 +231,14 @@ def load(stack: StackProcess, clients: int, seconds: float, wait: int | None = N
         except (Failed, OSError):
             return  # counted; this client stops
 
-    started, cpu_before = time.perf_counter(), stack.cpu_seconds()
+    started, cpu_before, clients_before = time.perf_counter(), stack.cpu_seconds(), time.process_time()
     threads = [threading.Thread(target=cycle, args=(n,)) for n in range(clients)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     result.stack_cpu_seconds = stack.cpu_seconds() - cpu_before
+    result.clients_cpu_seconds = time.process_time() - clients_before
     return result, time.perf_counter() - started
 
 
@@ -241,8 +257,14 @@ def main() -> None:
         "--wait",
         type=int,
         metavar="N",
-        help="load: let the service wait for each answer (Prefer: wait=N, then ?wait=N), as the CLI does, "
-        "instead of polling",
+        default=LOAD_WAIT_SECONDS,
+        help="load: let the service wait up to N s for each answer (Prefer: wait=N, then ?wait=N), as the CLI "
+        f"does (default {LOAD_WAIT_SECONDS})",
+    )
+    parser.add_argument(
+        "--poll",
+        action="store_true",
+        help="load: clients that poll (from 50 ms, x1.5, up to 500 ms) instead of letting the service wait",
     )
     parser.add_argument("--only", choices=["latency", "memory", "load"], action="append")
     args = parser.parse_args()
@@ -259,9 +281,8 @@ def main() -> None:
                 report_memory(soak(stack, args.publishes, args.installs))
             if "load" in sections:
                 rss_before = stack.rss_mib()
-                report_load(
-                    *load(stack, args.clients, args.seconds, args.wait), args.clients, stack, rss_before, args.wait
-                )
+                wait = None if args.poll else args.wait
+                report_load(*load(stack, args.clients, args.seconds, wait), args.clients, stack, rss_before, wait)
         except BaseException:
             print(f"the stack's log (last lines):\n{stack.log.read_text(errors='replace')[-4000:]}", file=sys.stderr)
             raise
@@ -346,6 +367,10 @@ def report_load(
     how = f"the service waiting up to {wait} s for each answer" if wait else "polling from 50 ms, x1.5, up to 500 ms"
     print(f"\n3. Load: {clients} clients cycling install -> update -> uninstall, each on its own installation ({how})")
     print(
+        f"   this machine: {os.cpu_count()} cores; sum(range({CALIBRATION_LOOP:,})) takes "
+        f"{calibration_seconds():.2f} s of CPU (the speed of a core, to compare runs across machines)"
+    )
+    print(
         f"   {done} operations settled in {elapsed:.1f} s: {rate:.1f} operations/s "
         f"(target >= {LOAD_TARGET_OPS:.0f} with 16 clients)  {verdict(rate >= LOAD_TARGET_OPS)}"
     )
@@ -365,6 +390,10 @@ def report_load(
         print(
             f"   the stack's CPU per operation: {cpu * 1000:.0f} ms (its requests and executions together; the "
             f"stack's state is in one process, so {1 / cpu:.1f} operations/s is its ceiling on one core)"
+        )
+        print(
+            f"   the clients' own CPU per operation (this process, all {clients} clients): "
+            f"{result.clients_cpu_seconds / done * 1000:.0f} ms"
         )
     print(f"   errors: {len(result.errors)} (target 0)  {verdict(not result.errors)}")
     for error in result.errors[:5]:
