@@ -51,16 +51,32 @@ class StackProcess:
         process, state = start_stack(state_dir, log, env=env, timeout=START_TIMEOUT)
         return cls(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
 
+    def pids(self) -> list[int]:
+        """The stack's processes: ``packyard local`` and its children (the API process, devstack.api_process)."""
+        found = [self.process.pid]
+        for task in Path(f"/proc/{self.process.pid}/task").iterdir():
+            children = (task / "children").read_text().split() if (task / "children").exists() else []
+            found.extend(int(child) for child in children)
+        return found
+
     def rss_mib(self) -> float:
-        """The stack process's resident set size now (VmRSS), in MiB."""
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+        """The resident set size of the stack's processes now (VmRSS summed), in MiB."""
+        return sum(self.process_rss_mib(pid) for pid in self.pids())
+
+    @staticmethod
+    def process_rss_mib(pid: int) -> float:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmRSS")
 
     def cpu_seconds(self) -> float:
-        """CPU time the stack process has used so far (user + system, ``/proc/<pid>/stat``)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        """CPU time the stack's processes have used so far (user + system, ``/proc/<pid>/stat``, summed)."""
+        return sum(self.process_cpu_seconds(pid) for pid in self.pids())
+
+    def process_cpu_seconds(self, pid: int | None = None) -> float:
+        """CPU time one of them (by default ``packyard local`` itself, where the stack's state is) has used."""
+        fields = Path(f"/proc/{pid or self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def threads(self) -> int:

@@ -148,20 +148,24 @@ def start(
     sweep_every: float = SWEEP_EVERY,
     idp: str | None = None,
     data_dir: str | Path | None = None,
+    api_process: bool = False,
 ) -> LocalStack:
     """Start moto on ``sockets.aws``, create the stack, start the HTTP API on ``sockets.api``.
 
     Changes this process's environment (restored by :meth:`LocalStack.stop`): handlers run in it. Once per
     process: moto's backends are process-wide, so a second stack here would find the first one's table.
     ``data_dir``: keep the state there (:mod:`devstack.persistence`); None: in memory only.
+    ``api_process``: serve the HTTP API from a process of its own (:mod:`devstack.api_process`, what ``packyard
+    local`` does); False: from a thread of this one (``log`` is then where its access lines go).
     """
     from moto.core.config import default_user_config
     from moto.moto_server.werkzeug_app import MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
+    from devstack import api_process as api_processes
     from devstack import lambdas, persistence, serializable, transport, wakes
     from devstack.api import LocalApi
-    from devstack.oidc import issuer_for
+    from devstack.oidc import ISSUER_PATH, issuer_for
     from devstack.openapi import generate
     from devstack.server import LocalApiServer
     from devstack.sfn import (
@@ -238,8 +242,6 @@ def start(
         stoppers.append(serializable.uninstall)
         lambdas.install(stack)
         stoppers.append(lambdas.uninstall)
-        wakes.install()  # a wait for an operation reads it when it comes to rest, not after every pause
-        stoppers.append(wakes.uninstall)
         install_retry_clock(retry_wait_scale)
         stoppers.append(uninstall_retry_clock)
         install_execution_names()
@@ -255,21 +257,44 @@ def start(
         _reset_packyard_caches()
         stoppers.append(_reset_packyard_caches)
 
-        api_server = LocalApiServer(
-            sockets.api,
-            LocalApi(stack),
-            key,
-            openapi=lambda: generate(server_url=api_url),
-            log=log,
-            oidc=lambda url: issuer_for(key, url, state_dir=directory, idp=idp),  # packyard login's issuer
-        )
-        api_thread = threading.Thread(target=api_server.serve_forever, args=(0.1,), name="packyard-api", daemon=True)
-        api_thread.start()
-        # Build the OpenAPI document now, in the background: it imports the handlers' code, so the first API
-        # request does not pay for those imports.
-        threading.Thread(target=api_server.openapi_document, name="packyard-warmup", daemon=True).start()
-        stoppers.append(api_server.server_close)
-        stoppers.append(api_server.shutdown)
+        if api_process:
+            # the API's handlers reach moto through a channel (no HTTP), and their waits are woken from here
+            channel, close_channel = transport.serve_channel(moto_server.app)
+            stoppers.append(close_channel)
+            api = api_processes.start(
+                sockets.api,
+                {
+                    "stack": stack,
+                    "state_dir": str(directory),
+                    "idp": idp,
+                    "channel": channel,
+                    "aws_host": host,
+                    "aws_port": aws_port,
+                    "api_url": api_url,
+                },
+                dict(os.environ),
+            )
+            sockets.api.close()  # the API process holds its own duplicate of the descriptor
+            stoppers.append(api.stop)
+            wakes.install(observe=api.notify_at_rest)
+        else:
+            api_server = LocalApiServer(
+                sockets.api,
+                LocalApi(stack),
+                key,
+                openapi=lambda: generate(server_url=api_url),
+                log=log,
+                oidc=lambda url: issuer_for(key, url, state_dir=directory, idp=idp),  # packyard login's issuer
+            )
+            threading.Thread(target=api_server.serve_forever, args=(0.1,), name="packyard-api", daemon=True).start()
+            # Build the OpenAPI document now, in the background: it imports the handlers' code, so the first API
+            # request does not pay for those imports.
+            threading.Thread(target=api_server.openapi_document, name="packyard-warmup", daemon=True).start()
+            stoppers.append(api_server.server_close)
+            stoppers.append(api_server.shutdown)
+            wakes.install()
+        # a wait for an operation reads it when it comes to rest, not after every pause of its schedule
+        stoppers.append(wakes.uninstall)
 
         tokens.write_state(
             directory,
@@ -278,7 +303,8 @@ def start(
                 "api": api_url,
                 "aws": aws_url,
                 "issuer": tokens.ISSUER,
-                "oidcIssuer": api_server.oidc.issuer if api_server.oidc is not None else None,
+                "oidcIssuer": api_url.rstrip("/") + ISSUER_PATH,  # packyard login's issuer (devstack.oidc)
+                "apiPid": api.process.pid if api_process else os.getpid(),
                 "audience": tokens.AUDIENCE,
                 "bucket": stack.bucket_name,
                 "table": stack.table_name,
@@ -369,6 +395,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
                 verbose=args.verbose,
                 idp=getattr(args, "idp", None),
                 data_dir=data_directory(args),
+                api_process=not getattr(args, "single_process", False),
                 log=lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True),
             )
     except Exception as exc:

@@ -39,9 +39,15 @@ through, as this debug app does; a path the map does not match; moto's own dashb
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import pickle
+import socket
+import struct
 import sys
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -317,7 +323,8 @@ def _send_in_process(request: Any = None, **_: Any) -> AWSResponse | None:
     app = _apps.get(netloc)
     if app is None:
         return None
-    status, headers, body = _call(app, environ_for(request, netloc))
+    environ = environ_for(request, netloc)
+    status, headers, body = app.call(environ) if isinstance(app, Channel) else _call(app, environ)
     from botocore.compat import HTTPHeaders
 
     response_headers = HTTPHeaders()
@@ -329,6 +336,10 @@ def _send_in_process(request: Any = None, **_: Any) -> AWSResponse | None:
 def install(app: Any, host: str, port: int) -> None:
     """Send this process's botocore requests for ``host:port`` (and ``localhost:port``, moto's own name for its
     server) to ``app``. Clients created from now on carry the hook."""
+    _register(app, host, port)
+
+
+def _register(app: Any, host: str, port: int) -> None:
     with _lock:
         for name in {host, "localhost", "127.0.0.1"}:
             _apps[f"{name}:{port}"] = app
@@ -342,9 +353,141 @@ def install(app: Any, host: str, port: int) -> None:
         boto3.DEFAULT_SESSION._session.register("before-send", _send_in_process, unique_id=_HOOK_ID)
 
 
+# ------------------------------------------------------------------ another process's requests, over a channel
+
+_FRAME = struct.Struct("!I")
+_STREAMS = ("wsgi.input", "wsgi.errors")
+
+
+def _send_frame(sock: socket.socket, value: Any) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    sock.sendall(_FRAME.pack(len(data)) + data)
+
+
+def _receive_frame(sock: socket.socket) -> Any:
+    header = _receive_exactly(sock, _FRAME.size)
+    if header is None:
+        return None
+    data = _receive_exactly(sock, _FRAME.unpack(header)[0])
+    if data is None:
+        raise ConnectionError("the channel closed in the middle of a frame")
+    return pickle.loads(data)
+
+
+def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+    chunks: list[bytes] = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+class Channel:
+    """Another process's way in to this moto app (:func:`serve_channel`): a request goes as its WSGI environ and
+    body over a Unix socket, and comes back as status, headers and body, with no HTTP parsed or written on either
+    side. The local stack's API process (:mod:`devstack.api_process`) reaches the stack's moto through one; a
+    connection serves one request at a time, so idle ones are kept for the next request of any thread."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self._idle: list[socket.socket] = []
+        self._idle_lock = threading.Lock()
+
+    def _connection(self) -> socket.socket:
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(self.address)
+        return sock
+
+    def call(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+        body = environ["wsgi.input"].getvalue()
+        carried = {key: value for key, value in environ.items() if key not in _STREAMS}
+        sock = self._connection()
+        try:
+            _send_frame(sock, (carried, body))
+            answer = _receive_frame(sock)
+        except BaseException:
+            sock.close()
+            raise
+        if answer is None:
+            sock.close()
+            raise ConnectionError(f"the local stack's channel {self.address!r} closed: did the stack stop?")
+        with self._idle_lock:
+            self._idle.append(sock)
+        status, headers, payload = answer
+        return int(status), list(headers), bytes(payload)
+
+    def close(self) -> None:
+        with self._idle_lock:
+            idle, self._idle = self._idle, []
+        for sock in idle:
+            sock.close()
+
+
+def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
+    """Answer requests that other processes send through a :class:`Channel` with ``app`` (moto's server app, the
+    one the HTTP server and this process's own requests use), one thread per connection. Returns the channel's
+    address (an abstract Unix socket: nothing on disk) and the function that closes it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    address = f"\0packyard-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    listener.bind(address)
+    listener.listen(64)
+    closed = threading.Event()
+
+    def answer(sock: socket.socket) -> None:
+        with sock:
+            while True:
+                try:
+                    request = _receive_frame(sock)
+                except (ConnectionError, OSError):
+                    return
+                if request is None:
+                    return
+                environ, body = request
+                environ["wsgi.input"], environ["wsgi.errors"] = io.BytesIO(body), sys.stderr
+                try:
+                    _send_frame(sock, _call(app, environ))
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while not closed.is_set():
+            try:
+                sock, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(sock,), name="packyard-channel", daemon=True).start()
+
+    threading.Thread(target=accept, name="packyard-channel-accept", daemon=True).start()
+
+    def close() -> None:
+        closed.set()
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+
+    return address, close
+
+
+def install_channel(address: str, host: str, port: int) -> Channel:
+    """Send this process's botocore requests for ``host:port`` through the channel at ``address`` (see
+    :func:`install`: the same hook, the same unsigned addressing)."""
+    channel = Channel(address)
+    _register(channel, host, port)
+    return channel
+
+
 def uninstall() -> None:
     """Back to HTTP (clients that carry the hook find no app and send as usual)."""
     with _lock:
+        for app in _apps.values():
+            if isinstance(app, Channel):
+                app.close()
         _apps.clear()
         if ("before-send", _send_in_process) in BUILTIN_HANDLERS:
             BUILTIN_HANDLERS.remove(("before-send", _send_in_process))

@@ -32,6 +32,7 @@ from packyard.operations.models import Operation
 from packyard.store.workspace import operation_key
 
 STATE_ATTRIBUTE = "state"
+OPERATION_PREFIX = operation_key("t", "w", "")[1]  # the sort key of every operation item starts with it
 AT_REST_VALUES = frozenset(state.value for state in waiting.AT_REST)
 
 Key = tuple[str, str]
@@ -99,32 +100,52 @@ def _at_rest(backend: Any, table_name: str, key: Key) -> bool:
     return state is not None and state.value in AT_REST_VALUES
 
 
-def _waking(name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+def notify_at_rest(key: Key) -> None:
+    """Wake the waits of this process for the operation item ``key`` (it was just written at rest)."""
+    with _lock:
+        events = list(_waiters.get(key, ()))
+    for event in events:
+        event.set()
+
+
+def _waking(name: str, original: Callable[..., Any], observe: Callable[[Key], None] | None) -> Callable[..., Any]:
     @functools.wraps(original)
     def write(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        if _waiters:  # read without the lock: a wait that registers meanwhile reads after its first pause anyway
-            for table_name, key in _keys_written(name, args, kwargs):
+        if observe is None and not _waiters:  # read without the lock: a wait registered meanwhile reads anyway
+            return result
+        for table_name, key in _keys_written(name, args, kwargs):
+            if not (key[1] or "").startswith(OPERATION_PREFIX):
+                continue
+            if observe is None:
                 with _lock:
-                    events = list(_waiters.get(key, ()))
-                if events and _at_rest(self, table_name, key):
-                    for event in events:
-                        event.set()
+                    if key not in _waiters:
+                        continue
+            if _at_rest(self, table_name, key):
+                (observe or notify_at_rest)(key)
         return result
 
     return write
 
 
-def install() -> None:
-    """Wake waits at their operation's rest (idempotent)."""
+def install(observe: Callable[[Key], None] | None = None) -> None:
+    """Wake waits at their operation's rest (idempotent). ``observe``: told of every operation written at rest,
+    for waits in another process (the API process, :mod:`devstack.api_process`, which calls :func:`install_alarm`
+    and :func:`notify_at_rest`); None: this process's own waits."""
     from moto.dynamodb.models import DynamoDBBackend
 
     if _undo:
         return
     for name in ("put_item", "update_item", "transact_write_items"):
         original = DynamoDBBackend.__dict__[name]
-        setattr(DynamoDBBackend, name, _waking(name, original))
+        setattr(DynamoDBBackend, name, _waking(name, original, observe))
         _undo.append(functools.partial(setattr, DynamoDBBackend, name, original))
+    if observe is None:
+        install_alarm()
+
+
+def install_alarm() -> None:
+    """The waits of this process pause until :func:`notify_at_rest` names their operation (or a second passes)."""
     waiting.wake_with(alarm)
     _undo.append(functools.partial(waiting.wake_with, None))
 

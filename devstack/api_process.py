@@ -1,0 +1,207 @@
+"""The local stack's HTTP API in a process of its own: what API Gateway and the API's Lambda functions are on AWS,
+beside the services they call.
+
+``packyard local`` runs two processes. The stack's own (:mod:`devstack.local`) keeps moto (every table, bucket and
+execution), the Step Functions interpreter and the Lambda tasks it dispatches in-process to their handlers. This one
+serves the HTTP API (:class:`devstack.server.LocalApiServer`: routes, the JWT authorizer, API Gateway's edge limits,
+the OpenID Connect issuer, ``/openapi.json``) and runs the API functions' handlers, whose AWS calls reach the stack's
+moto through a channel (:class:`devstack.transport.Channel`: the WSGI environ and body over a Unix socket, no HTTP
+on either side). Why: one interpreter was the ceiling of the stack under load, and the API's requests are a fifth of
+its CPU that needs none of moto's state (docs/decisions.md, "Local stack throughput, fifth pass").
+
+How it talks with the stack's process (:func:`start` is the stack's side):
+
+* **stdin**: first one frame (4-byte length, then a pickle) with what this process needs (the stack's description,
+  the state directory, the identity provider's claim shape, the channel's address, moto's host and port), then one
+  line ``<pk>\\t<sk>`` per operation item written at rest, which wakes the waits for it (:mod:`devstack.wakes`).
+  End of file means the stack's process is gone (stopped, or killed with ``kill -9``): this one exits at once.
+* **the API socket**: inherited, already listening (bound by ``packyard local`` before anything started).
+* **a ready pipe**: ``READY`` once it serves; anything else is the reason it could not start.
+* **stdout and stderr**: the stack's own; the access log is written there as the stack writes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parents[1]
+READY = b"READY"
+START_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 5.0
+_FRAME = struct.Struct("!I")
+UNINHERITED = ("PACKYARD_LOCAL_EXIT_AT",)
+"""The restart tests' kill points name steps of the stack's process (devstack.persistence.install_exit_point)."""
+
+
+class ApiProcessFailed(RuntimeError):
+    """The API process did not start."""
+
+
+@dataclass
+class ApiProcess:
+    """The running API process, seen from the stack's process."""
+
+    process: subprocess.Popen[bytes]
+    _lock: threading.Lock
+
+    def notify_at_rest(self, key: tuple[str, str]) -> None:
+        """Tell its waits that operation item ``key`` was written at rest (:func:`devstack.wakes.install`)."""
+        line = f"{key[0]}\t{key[1]}\n".encode()
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            stdin = self.process.stdin
+            if stdin is not None:
+                stdin.write(line)
+                stdin.flush()
+
+    def stop(self) -> None:
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            if self.process.stdin is not None:
+                self.process.stdin.close()  # its end of file: it exits
+        try:
+            self.process.wait(STOP_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def start(api_socket: socket.socket, configuration: dict[str, Any], env: dict[str, str]) -> ApiProcess:
+    """Start the API process on ``api_socket`` (which it inherits; the caller closes its own copy) and return once
+    it serves. ``configuration``: what :func:`main` reads (see the module's docstring)."""
+    ready_read, ready_write = os.pipe()
+    child_env = {k: v for k, v in env.items() if k not in UNINHERITED}
+    child_env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT / "shared"), str(ROOT), *([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else [])]
+    )
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "devstack.api_process", str(ready_write)],
+            stdin=subprocess.PIPE,
+            pass_fds=(api_socket.fileno(), ready_write),
+            env=child_env,
+            cwd=ROOT,
+        )
+    finally:
+        os.close(ready_write)
+    api = ApiProcess(process=process, _lock=threading.Lock())
+    try:
+        data = pickle.dumps({**configuration, "fd": api_socket.fileno()}, protocol=pickle.HIGHEST_PROTOCOL)
+        assert process.stdin is not None
+        process.stdin.write(_FRAME.pack(len(data)) + data)
+        process.stdin.flush()
+        answer = _read_until_closed(ready_read, START_TIMEOUT_SECONDS)
+    except BaseException:
+        api.stop()
+        raise
+    finally:
+        os.close(ready_read)
+    if answer != READY:
+        api.stop()
+        reason = answer.decode(errors="replace").strip() or f"it exited with code {process.returncode}"
+        raise ApiProcessFailed(f"the API process did not start: {reason}")
+    return api
+
+
+def _read_until_closed(fd: int, timeout: float) -> bytes:
+    """What the child writes to the ready pipe until it closes it (or ``timeout`` passes)."""
+    import select
+
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while (left := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([fd], [], [], left)
+        if not readable:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# ------------------------------------------------------------------ the API process itself
+
+
+def _read_configuration(stream: IO[bytes]) -> dict[str, Any]:
+    header = stream.read(_FRAME.size)
+    if len(header) != _FRAME.size:
+        raise ApiProcessFailed("no configuration on stdin")
+    configuration: dict[str, Any] = pickle.loads(stream.read(_FRAME.unpack(header)[0]))
+    return configuration
+
+
+def _console_log() -> Callable[[str], None]:
+    """The access line as ``packyard local`` writes its own (rich, to stderr)."""
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    return lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True)
+
+
+def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None:
+    """Serve the API until stdin ends (the stack's process stopped or died)."""
+    from devstack import transport, wakes
+    from devstack.api import LocalApi
+    from devstack.oidc import issuer_for
+    from devstack.openapi import generate
+    from devstack.server import LocalApiServer
+    from packyard_cli import tokens
+
+    transport.install_channel(configuration["channel"], configuration["aws_host"], configuration["aws_port"])
+    wakes.install_alarm()
+    state_dir, idp = configuration["state_dir"], configuration.get("idp")
+    key = tokens.load_or_create_key(state_dir)
+    sock = socket.socket(fileno=configuration["fd"])
+    api_url = configuration["api_url"]
+    server = LocalApiServer(
+        sock,
+        LocalApi(configuration["stack"]),
+        key,
+        openapi=lambda: generate(server_url=api_url),
+        log=_console_log(),
+        oidc=lambda url: issuer_for(key, url, state_dir=state_dir, idp=idp),
+    )
+    threading.Thread(target=server.serve_forever, args=(0.1,), name="packyard-api", daemon=True).start()
+    # the OpenAPI document imports the handlers' code: built now, the first request does not wait for it
+    threading.Thread(target=server.openapi_document, name="packyard-warmup", daemon=True).start()
+    ready(READY)
+    for line in sys.stdin.buffer:  # operations written at rest, until the stack's process is gone
+        pk, _, sk = line.decode("utf-8").rstrip("\n").partition("\t")
+        wakes.notify_at_rest((pk, sk))
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the stack's process stops this one
+    ready_fd = int(argv[0])
+
+    def ready(message: bytes) -> None:
+        os.write(ready_fd, message)
+        os.close(ready_fd)
+
+    try:
+        configuration = _read_configuration(sys.stdin.buffer)
+        serve(configuration, ready)
+    except Exception as exc:
+        with contextlib.suppress(OSError):
+            ready(f"{type(exc).__name__}: {exc}".encode())
+        sys.stderr.flush()
+        os._exit(1)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
