@@ -20,12 +20,13 @@ asserts nothing.
    (PUT/DELETE to settled), errors (target 0), RSS before and after. Targets (issue 24): >= 20 operations/s with
    16 clients on a 2-core machine, lifecycle p50 < 1 s, 0 errors, memory flat.
 
-Polling adds up to one interval to every lifecycle figure: 10 ms in (1); in (3) with ``--poll`` the waits start at 50 ms and grow
-by half each time up to 500 ms (at most a third of the figure), so 16 clients' polling does not become the load
-(until issue 24 the client slept a constant 50 ms: 16 clients read their operations 320 times a second). By default
-(``--wait 20``) the load's clients poll not at all: each change asks ``Prefer: wait=N`` and a read ``?wait=N``, as
-``packyard install`` does (issue 23); the service then re-reads the operation itself, on AWS from 100 ms on, on the
-local stack when the operation comes to rest (``devstack.wakes``). ``--poll`` gives clients that poll instead.
+Polling adds up to one interval to every lifecycle figure: 10 ms in (1); in (3) with ``--poll`` the waits start at 50
+ms and grow by half each time up to 500 ms (at most a third of the figure), so 16 clients' polling does not become the
+load (until issue 24 the client slept a constant 50 ms: 16 clients read their operations 320 times a second). By
+default (``--wait 20``) the load's clients poll not at all: each change asks ``Prefer: wait=N`` and a read
+``?wait=N``, as ``packyard install`` does (issue 23); the service then re-reads the operation itself, on AWS from 100
+ms on, on the local stack when the operation comes to rest (``devstack.wakes``). ``--poll`` gives clients that poll
+instead.
 """
 
 from __future__ import annotations
