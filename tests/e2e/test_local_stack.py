@@ -234,3 +234,41 @@ def test_the_stack_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert not (other.state_dir / "local.json").exists()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", api_port))
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def test_the_api_process_serves_the_api_and_goes_when_the_stack_is_killed(tmp_path: Path) -> None:
+    # Given a second local stack (two processes by default: the stack's state, and the HTTP API)
+    other = start_stack(tmp_path / "state", tmp_path / "local.log")
+    state = json.loads((other.state_dir / "local.json").read_text())
+    api_pid = state["apiPid"]
+    assert api_pid != other.process.pid and _alive(api_pid)
+    cli = Cli(other, "t-api-process")
+    assert requests.get(f"{other.api}/v1/packages", headers={"Authorization": f"Bearer {cli.token()}"}).ok
+
+    # When the stack's process is killed outright (nothing of its own stop runs)
+    other.process.send_signal(signal.SIGKILL)
+    other.process.wait(10)
+
+    # Then the API process notices (its stdin ends) and exits too: nothing is left holding the API's port
+    deadline = time.monotonic() + 15
+    while _alive(api_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(api_pid), other.log_text()
+    with pytest.raises(requests.ConnectionError):  # nothing listens on the API's port any more
+        requests.get(f"{other.api}/v1/packages", timeout=5)
+
+
+def test_single_process_serves_the_api_from_the_stacks_own_process(tmp_path: Path) -> None:
+    other = start_stack(tmp_path / "state", tmp_path / "local.log", "--single-process")
+    try:
+        state = json.loads((other.state_dir / "local.json").read_text())
+        assert state["apiPid"] == other.process.pid
+        cli = Cli(other, "t-single-process")
+        assert requests.get(f"{other.api}/v1/packages", headers={"Authorization": f"Bearer {cli.token()}"}).ok
+    finally:
+        assert stop_stack(other) == 0, other.log_text()
