@@ -331,8 +331,12 @@ def _processing_map(self: Any) -> dict[type, Callable[[Any], Any]]:
 
 
 def _nodes_to_be_processed(self: Any) -> tuple[type, ...]:
-    """moto's ``DepthFirstTraverser.nodes_to_be_processed``, from the map built once."""
-    return tuple(_processing_map(self))
+    """moto's ``DepthFirstTraverser.nodes_to_be_processed``, from the map built once (the tuple too: it is asked for
+    at every node of every traversal)."""
+    found: tuple[type, ...] | None = self.__dict__.get("_devstack_kinds")
+    if found is None:
+        found = self.__dict__["_devstack_kinds"] = tuple(_processing_map(self))
+    return found
 
 
 def _process(self: Any, node: Any) -> Any:
