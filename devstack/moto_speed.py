@@ -36,6 +36,11 @@ the counterpart of the serializer); an update expression is parsed once per text
 for each validation, and moto's traversers build their processor maps once (:func:`_install_update_expressions`);
 the interpreter's JSONPaths are parsed once per path.
 
+**Conditions were lexed and parsed for every request, twice** (fifth pass, docs/decisions.md "Local stack throughput,
+fifth pass"): moto's ``ConditionExpressionParser`` runs once in the DynamoDB handler (to check the names) and again in
+the backend (to evaluate), a tenth of the stack's CPU under load. The syntax tree is kept per expression text and
+attribute names, and each request's ``:values`` are bound into a copy of it (:func:`_parse_condition`).
+
 Installed by :func:`devstack.lambdas.install` (every local runtime), removed by :func:`devstack.lambdas.uninstall`.
 """
 
