@@ -7,14 +7,15 @@ asserts nothing.
 
 1. Latency, one client, nothing else running: publish of a 1 MiB package (16 incompressible files of 64 KiB), from
    ``POST …/complete`` to ``published``; an install lifecycle, from ``PUT`` to ``settled``. p50/p99.
-2. Memory: RSS after a warm-up, after ``--publishes`` publishes (default 1,000) and after ``--installs`` install
-   lifecycles (default 1,000), eight clients at a time; beside each reading, what the data moto stores accounts
-   for (S3 objects, DynamoDB items, Step Functions executions with their histories: counts and their deep size in
-   the stack process, ``devstack/memory.py``, asked for with SIGUSR1). Target: flat, i.e. no growth beyond the
-   stored data (a local stack keeps in memory everything it is sent; that part grows with use by design, and is
-   printed as such). Each reading waits (up to 30 s) for the stack's threads to fall back to what they were before
-   the soak: a client has its answer a state or two before its execution ends. Before issue 11 a few hundred
-   publishes grew it by about 2.7 GB.
+2. Memory: RSS (the stack's process and its API process, summed; each printed too) after a warm-up (50 publishes and
+   50 installs: each function's concurrent handler instances are imported once), after ``--publishes`` publishes
+   (default 1,000) and after ``--installs`` install lifecycles (default 1,000), eight clients at a time; beside each
+   reading, what the data moto stores accounts for (S3 objects, DynamoDB items, Step Functions executions with their
+   histories: counts and their deep size in the stack process, ``devstack/memory.py``, asked for with SIGUSR1).
+   Target: flat, i.e. no growth beyond the stored data (a local stack keeps in memory everything it is sent; that
+   part grows with use by design, and is printed as such). Each reading waits (up to 30 s) for the stack's threads to
+   fall back to what they were before the soak: a client has its answer a state or two before its execution ends.
+   Before issue 11 a few hundred publishes grew it by about 2.7 GB.
 3. Load: ``--clients`` clients (default 16), each cycling install → update → uninstall on its own installation for
    ``--seconds`` (default 60): operations/s, p50/p99 of admission (the PUT/DELETE answer) and of the whole lifecycle
    (PUT/DELETE to settled), errors (target 0), RSS before and after. Targets (issue 24): >= 20 operations/s with
@@ -160,6 +161,10 @@ def soak(stack: StackProcess, publishes: int, installs: int) -> list[Reading]:
         body = {"package": "soak", "version": "1.0.0"}
         client().settle(workspace, client().change("PUT", workspace, f"inst-{i % 50}", body))
 
+    def warm_install(i: int) -> None:
+        body = {"package": "warm-soak", "version": "1.0.0"}  # published by the warm-up's publishes
+        client().settle("ws-soak-warm", client().change("PUT", "ws-soak-warm", f"inst-{i}", body))
+
     readings: list[Reading] = []
     idle_threads = steady_threads(stack)
     started = time.perf_counter()
@@ -168,10 +173,23 @@ def soak(stack: StackProcess, publishes: int, installs: int) -> list[Reading]:
         elapsed = time.perf_counter() - started  # the report walks moto's state: not part of the run's time
         wait_for_threads(stack, idle_threads)
         report = stack.memory_report()
-        readings.append((label, report["rssMiB"] if report else stack.rss_mib(), elapsed, report))
+        others = sum(stack.process_rss_mib(pid) for pid in stack.pids()[1:])  # the API process (not in the report)
+        readings.append(
+            (
+                label,
+                (report["rssMiB"] if report else stack.process_rss_mib(stack.process.pid)) + others,
+                elapsed,
+                report,
+            )
+        )
+        each = ", ".join(f"{stack.process_rss_mib(pid):.0f}" for pid in stack.pids())
+        print(f"   ({label}: RSS of each process, the stack's first: {each} MiB)")
 
     run_parallel(50, lambda i: client().publish("warm-soak", f"1.0.{i}", small_package(f"warm {i}")))
-    reading("after a warm-up (50 publishes)")
+    # and the install path: each function's first concurrent invocations import their own instances of its handler
+    # (a Lambda execution environment each), in the API process as in the stack's: once, not per operation
+    run_parallel(50, warm_install)
+    reading("after a warm-up (50 publishes, 50 installs)")
     run_parallel(publishes, publish)
     reading(f"after {publishes} publishes")
     run_parallel(installs, install)
@@ -339,7 +357,7 @@ def describe_heap(heap: dict[str, float]) -> str:
 
 
 def report_memory(readings: list[Reading]) -> None:
-    print(f"\n2. Memory of the local stack process (RSS; {SOAK_WORKERS} clients at a time)")
+    print(f"\n2. Memory of the local stack's processes (RSS summed; {SOAK_WORKERS} clients at a time)")
     first, first_stored = readings[0][1], stored_mib(readings[0][3])
     for label, rss, elapsed, report in readings:
         print(f"   {label:<40} RSS {rss:>7.0f} MiB   (+{rss - first:5.0f} MiB)   at {elapsed:5.0f} s")

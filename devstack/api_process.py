@@ -150,6 +150,16 @@ def _console_log() -> Callable[[str], None]:
     return lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True)
 
 
+def _forget_invocations() -> None:
+    """What the stack's own loop does (``devstack.local.serve``): the invocations :mod:`devstack.lambdas` records for
+    tests' assertions are dropped, or a long-running server would keep every event and answer it ever handled."""
+    from devstack import lambdas
+
+    while True:
+        time.sleep(0.5)
+        lambdas.clear_invocations()
+
+
 def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None:
     """Serve the API until stdin ends (the stack's process stopped or died)."""
     from devstack import transport, wakes
@@ -176,6 +186,7 @@ def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None
     threading.Thread(target=server.serve_forever, args=(0.1,), name="packyard-api", daemon=True).start()
     # the OpenAPI document imports the handlers' code: built now, the first request does not wait for it
     threading.Thread(target=server.openapi_document, name="packyard-warmup", daemon=True).start()
+    threading.Thread(target=_forget_invocations, name="packyard-invocations", daemon=True).start()
     ready(READY)
     for line in sys.stdin.buffer:  # operations written at rest, until the stack's process is gone
         pk, _, sk = line.decode("utf-8").rstrip("\n").partition("\t")
