@@ -288,13 +288,18 @@ def main() -> None:
         action="store_true",
         help="load: clients that poll (from 50 ms, x1.5, up to 500 ms) instead of letting the service wait",
     )
+    parser.add_argument(
+        "--single-process",
+        action="store_true",
+        help="run packyard local --single-process (the HTTP API in the stack's own process), to compare",
+    )
     parser.add_argument("--only", choices=["latency", "memory", "load"], action="append")
     args = parser.parse_args()
     sections = set(args.only or ["latency", "memory", "load"])
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="packyard-stack-bench-") as tmp:
-        stack = StackProcess.start(Path(tmp) / "state")
+        stack = StackProcess.start(Path(tmp) / "state", *(["--single-process"] if args.single_process else []))
         try:
             print(f"local stack: {stack.api} (pid {stack.process.pid}), RSS at start {stack.rss_mib():.0f} MiB")
             if "latency" in sections:

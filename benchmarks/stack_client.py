@@ -43,12 +43,13 @@ class StackProcess:
     log: Path
 
     @classmethod
-    def start(cls, state_dir: Path) -> StackProcess:
-        """``packyard local`` on ports the OS picks (``devstack.process``), its log in the state dir."""
+    def start(cls, state_dir: Path, *extra_args: str) -> StackProcess:
+        """``packyard local`` (with ``extra_args``) on ports the OS picks (``devstack.process``), its log in the state
+        dir."""
         log = state_dir / "local.log"
         # nor the benchmarks' own Powertools settings (bench_cold_start's quiet defaults)
         env = stack_environment({"PACKYARD_LOCAL_DIR": str(state_dir)}, strip=(*STRIPPED_PREFIXES, "POWERTOOLS_"))
-        process, state = start_stack(state_dir, log, env=env, timeout=START_TIMEOUT)
+        process, state = start_stack(state_dir, log, *extra_args, env=env, timeout=START_TIMEOUT)
         return cls(process=process, api=state["api"], aws=state["aws"], state_dir=state_dir, log=log)
 
     def pids(self) -> list[int]:
