@@ -414,10 +414,16 @@ def report_load(
         )
     if done:
         cpu, state = result.stack_cpu_seconds / done, result.state_cpu_seconds / done
+        processes = len(stack.pids())
+        where = (
+            f"in all ({processes} processes), of which {state * 1000:.0f} ms in the process that holds its state "
+            "(moto, Step Functions and their tasks; the API process has the rest)"
+            if processes > 1
+            else "(one process: its state, Step Functions and their tasks, and the HTTP API)"
+        )
         print(
-            f"   the stack's CPU per operation: {cpu * 1000:.0f} ms in all ({len(stack.pids())} processes), of which "
-            f"{state * 1000:.0f} ms in the process that holds its state (moto, Step Functions and their tasks; "
-            f"the API process has the rest): {1 / state:.1f} operations/s is that process's ceiling on one core"
+            f"   the stack's CPU per operation: {cpu * 1000:.0f} ms {where}: {1 / state:.1f} operations/s is that "
+            "process's ceiling on one core"
         )
         print(
             f"   the clients' own CPU per operation (this process, all {clients} clients): "
