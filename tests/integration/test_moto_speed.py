@@ -259,16 +259,24 @@ def _run_updates(client: Any, table: str, pk: str) -> list[Any]:
     return outcomes
 
 
-def test_update_expressions_answer_as_motos_own_with_trees_kept_and_maps_built_once(stack: Any) -> None:
+def _kept_and_own(table: str, prefix: str, uninstall: Any, install: Any) -> tuple[list[Any], list[Any]]:
+    """The updates' outcomes with a speed-up installed, then without it (moto's own)."""
     import boto3
 
     client = boto3.client("dynamodb")
-    kept = _run_updates(client, stack.table_name, "t-speed-kept")
-    moto_speed._uninstall_update_expressions()
+    kept = _run_updates(client, table, f"{prefix}-kept")
+    uninstall()
     try:
-        own = _run_updates(client, stack.table_name, "t-speed-own")
+        own = _run_updates(client, table, f"{prefix}-own")
     finally:
-        moto_speed._install_update_expressions()
+        install()
+    return kept, own
+
+
+def test_update_expressions_answer_as_motos_own_with_trees_kept_and_maps_built_once(stack: Any) -> None:
+    kept, own = _kept_and_own(
+        stack.table_name, "t-speed", moto_speed._uninstall_update_expressions, moto_speed._install_update_expressions
+    )
     assert kept == own
     assert any(isinstance(outcome, tuple) for outcome in own) and any(isinstance(o, dict) for o in own)
 
@@ -392,13 +400,7 @@ def test_conditions_parse_as_motos_own_with_their_trees_kept(stack: Any) -> None
 
 
 def test_conditional_writes_answer_as_motos_own_with_kept_conditions(stack: Any) -> None:
-    import boto3
-
-    client = boto3.client("dynamodb")
-    kept = _run_updates(client, stack.table_name, "t-cond-kept")
-    moto_speed._uninstall_conditions()
-    try:
-        own = _run_updates(client, stack.table_name, "t-cond-own")
-    finally:
-        moto_speed._install_conditions()
+    kept, own = _kept_and_own(
+        stack.table_name, "t-cond", moto_speed._uninstall_conditions, moto_speed._install_conditions
+    )
     assert kept == own

@@ -15,26 +15,13 @@ import pytest
 
 from devstack import wakes
 from packyard.operations import waiting
-from packyard.operations.models import Action, Operation, OperationKind, OperationState
+from packyard.operations.models import Operation, OperationState
 from packyard.store.workspace import operation_key
+from tests.support.operations import an_operation
 
 
 def _operation(state: OperationState, operation_id: str) -> Operation:
-    return Operation(
-        tenant="t-wake",
-        workspace="ws-1",
-        operationId=operation_id,
-        installationId="hello",
-        action=Action.PUT,
-        kind=OperationKind.INSTALL,
-        state=state,
-        version=1,
-        requestDigest="r" * 64,
-        intentDigest="i" * 64,
-        leaseUntil=0,
-        createdAt=0,
-        updatedAt=0,
-    )
+    return an_operation(state, operation_id=operation_id, tenant="t-wake")
 
 
 @pytest.fixture

@@ -8,26 +8,12 @@ import threading
 import pytest
 
 from packyard.operations import waiting
-from packyard.operations.models import Action, Operation, OperationKind, OperationState, Outcome
+from packyard.operations.models import Operation, OperationState
+from tests.support.operations import an_operation
 
 
 def _operation(state: OperationState, version: int = 1) -> Operation:
-    return Operation(
-        tenant="t-acme",
-        workspace="ws-1",
-        operationId="op-1",
-        installationId="hello",
-        action=Action.PUT,
-        kind=OperationKind.INSTALL,
-        state=state,
-        version=version,
-        requestDigest="r" * 64,
-        intentDigest="i" * 64,
-        leaseUntil=0,
-        createdAt=0,
-        updatedAt=0,
-        outcome=Outcome(result="succeeded") if state is OperationState.SETTLED else None,
-    )
+    return an_operation(state, version=version)
 
 
 @pytest.mark.parametrize(
