@@ -57,6 +57,7 @@ class LocalStack:
     state_dir: Path
     stack: Any  # devstack.template.Stack
     data: Any = None  # devstack.persistence.DataDir, or None when nothing persists
+    api: Any = None  # devstack.api_process.ApiProcess, or None when the API is served from this process
     _stoppers: list[Callable[[], None]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -337,6 +338,7 @@ def start(
         state_dir=directory,
         stack=stack,
         data=data,
+        api=api if api_process else None,
         _stoppers=stoppers,
     )
 
@@ -432,8 +434,16 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
         )
         if not sys.stderr.isatty():
             print(f"READY {stack.api_url} {stack.aws_url}", file=sys.stderr, flush=True)
+        exit_code = 0
         while not stop_requested.wait(0.5):
             lambdas.clear_invocations()  # kept for tests' assertions; a long-running server must not hoard them
+            if stack.api is not None and stack.api.process.poll() is not None:
+                # nothing would answer on the API's port any more: stop, and say why, rather than run half a stack
+                console.print(
+                    f"[bold red]the API process exited (code {stack.api.process.returncode})[/]; stopping the stack"
+                )
+                exit_code = 1
+                break
             if report_requested.is_set():
                 report_requested.clear()
                 memory.write_report(stack.state_dir / "memory.json")
@@ -443,7 +453,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.print("stopped")
-    return 0
+    return exit_code
 
 
 def _persistence_line(stack: LocalStack) -> str:

@@ -272,3 +272,17 @@ def test_single_process_serves_the_api_from_the_stacks_own_process(tmp_path: Pat
         assert requests.get(f"{other.api}/v1/packages", headers={"Authorization": f"Bearer {cli.token()}"}).ok
     finally:
         assert stop_stack(other) == 0, other.log_text()
+
+
+def test_the_stack_stops_and_says_why_when_its_api_process_dies(tmp_path: Path) -> None:
+    # Given a second local stack
+    other = start_stack(tmp_path / "state", tmp_path / "local.log")
+    api_pid = json.loads((other.state_dir / "local.json").read_text())["apiPid"]
+
+    # When its API process dies (nothing answers on the API's port any more)
+    subprocess.run(["kill", "-9", str(api_pid)], check=True)
+
+    # Then the stack does not run on half alive: it stops, exits 1 and says why
+    assert other.process.wait(30) == 1
+    assert "the API process exited" in other.log_text()
+    assert not (other.state_dir / "local.json").exists()
