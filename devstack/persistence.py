@@ -605,19 +605,30 @@ def _from_base64(value: Any) -> Any:
     return base64.b64decode(value) if isinstance(value, str) else value
 
 
-def _touch_item(
-    backend: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], touched: dict[tuple[str, str], Any]
-) -> None:
-    """Note the item a put_item/update_item/delete_item call names. A call that names none (no such table, a key
-    attribute missing) changes nothing: moto refuses it with its own error."""
+def item_written(
+    backend: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, str, dict[str, Any]] | None:
+    """The table, key (as JSON) and key attributes of the item a DynamoDBBackend put_item/update_item/delete_item call
+    names (moto's own argument names and order; a transaction makes these calls for each of its items), or None for
+    a call that names none (no such table, a key attribute missing: moto refuses it with its own error)."""
     try:
         table_name = kwargs["table_name"] if "table_name" in kwargs else args[0]
         argument = "item_attrs" if name == "put_item" else "key"
         attributes = kwargs[argument] if argument in kwargs else args[1]
         key_json, key = _item_key(backend.get_table(table_name), attributes)
     except Exception:
-        return
-    touched[(table_name, key_json)] = key
+        return None
+    return table_name, key_json, key
+
+
+def _touch_item(
+    backend: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], touched: dict[tuple[str, str], Any]
+) -> None:
+    """Note the item a put_item/update_item/delete_item call names."""
+    written = item_written(backend, name, args, kwargs)
+    if written is not None:
+        table_name, key_json, key = written
+        touched[(table_name, key_json)] = key
 
 
 def _journaled_write(journal: Journal, name: str, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -27,11 +27,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from moto.dynamodb.models.dynamo_type import DynamoType
+
+from devstack import persistence
 from packyard.operations import waiting
 from packyard.operations.models import Operation
 from packyard.store.workspace import operation_key
 
 STATE_ATTRIBUTE = "state"
+KEY_ATTRIBUTES = ("pk", "sk")  # the table's key (template.yaml)
 OPERATION_PREFIX = operation_key("t", "w", "")[1]  # the sort key of every operation item starts with it
 AT_REST_VALUES = frozenset(state.value for state in waiting.AT_REST)
 
@@ -66,38 +70,24 @@ def alarm(op: Operation, deadline: float) -> Iterator[Callable[[float], None]]:
                 _waiters.pop(key, None)
 
 
+def _operation_written_at_rest(backend: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Key | None:
+    """The key of the operation item this write left at rest, if it did (read back from the table, as written)."""
+    written = persistence.item_written(backend, name, args, kwargs)
+    if written is None:
+        return None
+    table_name, _, attributes = written
+    key = (_string(attributes.get(KEY_ATTRIBUTES[0])), _string(attributes.get(KEY_ATTRIBUTES[1])))
+    if key[0] is None or not (key[1] or "").startswith(OPERATION_PREFIX):
+        return None
+    item = backend.get_table(table_name).get_item(
+        DynamoType(attributes[KEY_ATTRIBUTES[0]]), DynamoType(attributes[KEY_ATTRIBUTES[1]])
+    )
+    state = item.attrs.get(STATE_ATTRIBUTE) if item is not None else None
+    return key if state is not None and state.value in AT_REST_VALUES else None  # type: ignore[return-value]
+
+
 def _string(attribute: Any) -> str | None:
     return attribute.get("S") if isinstance(attribute, dict) else None
-
-
-def _keys_written(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Key]]:
-    """(table, (pk, sk)) of each item a DynamoDBBackend write names (moto's own argument names and order)."""
-    if name == "transact_write_items":
-        items = kwargs.get("transact_items", args[0] if args else [])
-        found = []
-        for item in items:
-            for kind in ("Put", "Update", "Delete"):
-                request = item.get(kind)
-                if request:
-                    attributes = request.get("Item") or request.get("Key") or {}
-                    found.append(
-                        (request.get("TableName", ""), (_string(attributes.get("pk")), _string(attributes.get("sk"))))
-                    )
-        return found  # type: ignore[return-value]
-    table = kwargs.get("table_name", args[0] if args else "")
-    attributes = kwargs.get("item_attrs" if name == "put_item" else "key", args[1] if len(args) > 1 else {})
-    return [(table, (_string(attributes.get("pk")), _string(attributes.get("sk"))))]  # type: ignore[list-item]
-
-
-def _at_rest(backend: Any, table_name: str, key: Key) -> bool:
-    from moto.dynamodb.models.dynamo_type import DynamoType
-
-    try:
-        item = backend.get_table(table_name).get_item(DynamoType({"S": key[0]}), DynamoType({"S": key[1]}))
-    except Exception:  # a table or key moto refuses: nothing to wake
-        return False
-    state = item.attrs.get(STATE_ATTRIBUTE) if item is not None else None
-    return state is not None and state.value in AT_REST_VALUES
 
 
 def notify_at_rest(key: Key) -> None:
@@ -114,15 +104,9 @@ def _waking(name: str, original: Callable[..., Any], observe: Callable[[Key], No
         result = original(self, *args, **kwargs)
         if observe is None and not _waiters:  # read without the lock: a wait registered meanwhile reads anyway
             return result
-        for table_name, key in _keys_written(name, args, kwargs):
-            if not (key[1] or "").startswith(OPERATION_PREFIX):
-                continue
-            if observe is None:
-                with _lock:
-                    if key not in _waiters:
-                        continue
-            if _at_rest(self, table_name, key):
-                (observe or notify_at_rest)(key)
+        key = _operation_written_at_rest(self, name, args, kwargs)
+        if key is not None:
+            (observe or notify_at_rest)(key)
         return result
 
     return write
@@ -136,7 +120,7 @@ def install(observe: Callable[[Key], None] | None = None) -> None:
 
     if _undo:
         return
-    for name in ("put_item", "update_item", "transact_write_items"):
+    for name in ("put_item", "update_item"):  # a transaction writes its items through these too
         original = DynamoDBBackend.__dict__[name]
         setattr(DynamoDBBackend, name, _waking(name, original, observe))
         _undo.append(functools.partial(setattr, DynamoDBBackend, name, original))
