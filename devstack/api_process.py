@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -35,14 +33,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 READY = b"READY"
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 5.0
-_FRAME = struct.Struct("!I")
-UNINHERITED = ("PACKYARD_LOCAL_EXIT_AT",)
+UNINHERITED = ("PACKYARD_LOCAL_EXIT_AT",)  # prefixes (devstack.process.stack_environment)
 """The restart tests' kill points name steps of the stack's process (devstack.persistence.install_exit_point)."""
 
 
@@ -77,29 +74,28 @@ class ApiProcess:
             self.process.wait()
 
 
-def start(api_socket: socket.socket, configuration: dict[str, Any], env: dict[str, str]) -> ApiProcess:
+def start(api_socket: socket.socket, configuration: dict[str, Any]) -> ApiProcess:
     """Start the API process on ``api_socket`` (which it inherits; the caller closes its own copy) and return once
-    it serves. ``configuration``: what :func:`main` reads (see the module's docstring)."""
+    it serves. ``configuration``: what :func:`serve` reads (see the module's docstring). It runs in this process's
+    environment (the stack's names, moto's address, the fake credentials), less the restart tests' kill points."""
+    from devstack.process import stack_environment
+    from devstack.transport import frame
+
     ready_read, ready_write = os.pipe()
-    child_env = {k: v for k, v in env.items() if k not in UNINHERITED}
-    child_env["PYTHONPATH"] = os.pathsep.join(
-        [str(ROOT / "shared"), str(ROOT), *([child_env["PYTHONPATH"]] if child_env.get("PYTHONPATH") else [])]
-    )
     try:
         process = subprocess.Popen(
             [sys.executable, "-m", "devstack.api_process", str(ready_write)],
             stdin=subprocess.PIPE,
             pass_fds=(api_socket.fileno(), ready_write),
-            env=child_env,
+            env=stack_environment(strip=UNINHERITED),
             cwd=ROOT,
         )
     finally:
         os.close(ready_write)
     api = ApiProcess(process=process, _lock=threading.Lock())
     try:
-        data = pickle.dumps({**configuration, "fd": api_socket.fileno()}, protocol=pickle.HIGHEST_PROTOCOL)
         assert process.stdin is not None
-        process.stdin.write(_FRAME.pack(len(data)) + data)
+        process.stdin.write(frame({**configuration, "fd": api_socket.fileno()}))
         process.stdin.flush()
         answer = _read_until_closed(ready_read, START_TIMEOUT_SECONDS)
     except BaseException:
@@ -134,22 +130,6 @@ def _read_until_closed(fd: int, timeout: float) -> bytes:
 # ------------------------------------------------------------------ the API process itself
 
 
-def _read_configuration(stream: IO[bytes]) -> dict[str, Any]:
-    header = stream.read(_FRAME.size)
-    if len(header) != _FRAME.size:
-        raise ApiProcessFailed("no configuration on stdin")
-    configuration: dict[str, Any] = pickle.loads(stream.read(_FRAME.unpack(header)[0]))
-    return configuration
-
-
-def _console_log() -> Callable[[str], None]:
-    """The access line as ``packyard local`` writes its own (rich, to stderr)."""
-    from rich.console import Console
-
-    console = Console(stderr=True, highlight=False)
-    return lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True)
-
-
 def _forget_invocations() -> None:
     """What the stack's own loop does (``devstack.local.serve``): the invocations :mod:`devstack.lambdas` records for
     tests' assertions are dropped, or a long-running server would keep every event and answer it ever handled."""
@@ -163,29 +143,20 @@ def _forget_invocations() -> None:
 def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None:
     """Serve the API until stdin ends (the stack's process stopped or died)."""
     from devstack import transport, wakes
-    from devstack.api import LocalApi
-    from devstack.oidc import issuer_for
-    from devstack.openapi import generate
-    from devstack.server import LocalApiServer
+    from devstack.server import console_log, start_api_server
     from packyard_cli import tokens
 
     transport.install_channel(configuration["channel"], configuration["aws_host"], configuration["aws_port"])
     wakes.install_alarm()
-    state_dir, idp = configuration["state_dir"], configuration.get("idp")
-    key = tokens.load_or_create_key(state_dir)
-    sock = socket.socket(fileno=configuration["fd"])
-    api_url = configuration["api_url"]
-    server = LocalApiServer(
-        sock,
-        LocalApi(configuration["stack"]),
-        key,
-        openapi=lambda: generate(server_url=api_url),
-        log=_console_log(),
-        oidc=lambda url: issuer_for(key, url, state_dir=state_dir, idp=idp),
+    state_dir = configuration["state_dir"]
+    start_api_server(
+        socket.socket(fileno=configuration["fd"]),
+        configuration["stack"],
+        tokens.load_or_create_key(state_dir),
+        state_dir=state_dir,
+        idp=configuration.get("idp"),
+        log=console_log(),
     )
-    threading.Thread(target=server.serve_forever, args=(0.1,), name="packyard-api", daemon=True).start()
-    # the OpenAPI document imports the handlers' code: built now, the first request does not wait for it
-    threading.Thread(target=server.openapi_document, name="packyard-warmup", daemon=True).start()
     threading.Thread(target=_forget_invocations, name="packyard-invocations", daemon=True).start()
     ready(READY)
     for line in sys.stdin.buffer:  # operations written at rest, until the stack's process is gone
@@ -202,7 +173,11 @@ def main(argv: list[str]) -> None:
         os.close(ready_fd)
 
     try:
-        configuration = _read_configuration(sys.stdin.buffer)
+        from devstack.transport import read_frame
+
+        configuration = read_frame(sys.stdin.buffer.read)
+        if configuration is None:
+            raise ApiProcessFailed("no configuration on stdin")
         serve(configuration, ready)
     except Exception as exc:
         with contextlib.suppress(OSError):

@@ -165,10 +165,8 @@ def start(
 
     from devstack import api_process as api_processes
     from devstack import lambdas, persistence, serializable, transport, wakes
-    from devstack.api import LocalApi
-    from devstack.oidc import ISSUER_PATH, issuer_for
-    from devstack.openapi import generate
-    from devstack.server import LocalApiServer
+    from devstack.oidc import ISSUER_PATH
+    from devstack.server import start_api_server
     from devstack.sfn import (
         install_execution_names,
         install_retry_clock,
@@ -271,26 +269,13 @@ def start(
                     "channel": channel,
                     "aws_host": host,
                     "aws_port": aws_port,
-                    "api_url": api_url,
                 },
-                dict(os.environ),
             )
             sockets.api.close()  # the API process holds its own duplicate of the descriptor
             stoppers.append(api.stop)
             wakes.install(observe=api.notify_at_rest)
         else:
-            api_server = LocalApiServer(
-                sockets.api,
-                LocalApi(stack),
-                key,
-                openapi=lambda: generate(server_url=api_url),
-                log=log,
-                oidc=lambda url: issuer_for(key, url, state_dir=directory, idp=idp),  # packyard login's issuer
-            )
-            threading.Thread(target=api_server.serve_forever, args=(0.1,), name="packyard-api", daemon=True).start()
-            # Build the OpenAPI document now, in the background: it imports the handlers' code, so the first API
-            # request does not pay for those imports.
-            threading.Thread(target=api_server.openapi_document, name="packyard-warmup", daemon=True).start()
+            api_server = start_api_server(sockets.api, stack, key, state_dir=directory, idp=idp, log=log)
             stoppers.append(api_server.server_close)
             stoppers.append(api_server.shutdown)
             wakes.install()
@@ -369,6 +354,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
     from rich.console import Console
 
     from devstack import lambdas, memory
+    from devstack.server import console_log
 
     console = Console(stderr=True, highlight=False)
     if sockets is None:
@@ -398,7 +384,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
                 idp=getattr(args, "idp", None),
                 data_dir=data_directory(args),
                 api_process=not getattr(args, "single_process", False),
-                log=lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True),
+                log=console_log(),
             )
     except Exception as exc:
         for sig, handler in previous.items():

@@ -151,6 +151,45 @@ class LocalApiServer(ThreadingHTTPServer):
             return self._openapi_cache
 
 
+def console_log() -> Callable[[str], None]:
+    """The access line ``packyard local`` writes (rich, to stderr, with the time), from either of its processes."""
+    from rich.console import Console
+
+    console = Console(stderr=True, highlight=False)
+    return lambda line: console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {line}", soft_wrap=True)
+
+
+def start_api_server(
+    sock: Any,
+    stack: Any,
+    key: LocalKey,
+    *,
+    state_dir: str | Path,
+    idp: str | None,
+    log: Callable[[str], None] | None,
+) -> LocalApiServer:
+    """The local HTTP API on ``sock`` (already listening) for ``stack`` (a ``devstack.template.Stack``), serving on a
+    thread of its own, with the OpenAPI document built in the background (it imports the handlers' code, so the first
+    API request does not pay for those imports) and the local OpenID Connect issuer (``packyard login``'s) at
+    ``/oidc``."""
+    from devstack.oidc import issuer_for
+    from devstack.openapi import generate
+
+    host, port = sock.getsockname()[:2]
+    api_url = f"http://{host}:{port}"
+    server = LocalApiServer(
+        sock,
+        LocalApi(stack),
+        key,
+        openapi=lambda: generate(server_url=api_url),
+        log=log,
+        oidc=lambda url: issuer_for(key, url, state_dir=state_dir, idp=idp),
+    )
+    threading.Thread(target=server.serve_forever, args=(0.1,), name="packyard-api", daemon=True).start()
+    threading.Thread(target=server.openapi_document, name="packyard-warmup", daemon=True).start()
+    return server
+
+
 class ApiRequestHandler(BaseHTTPRequestHandler):
     server: LocalApiServer
     protocol_version = "HTTP/1.1"

@@ -359,25 +359,29 @@ _FRAME = struct.Struct("!I")
 _STREAMS = ("wsgi.input", "wsgi.errors")
 
 
-def _send_frame(sock: socket.socket, value: Any) -> None:
+def frame(value: Any) -> bytes:
+    """``value`` as one frame: its pickle's length (4 bytes, big-endian), then the pickle (this process's own kin
+    only: the channel and the API process's configuration)."""
     data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    sock.sendall(_FRAME.pack(len(data)) + data)
+    return _FRAME.pack(len(data)) + data
 
 
-def _receive_frame(sock: socket.socket) -> Any:
-    header = _receive_exactly(sock, _FRAME.size)
+def read_frame(read: Callable[[int], bytes]) -> Any:
+    """The value of the next frame ``read`` (a function that returns up to n bytes, b"" at the end) gives; None when
+    it ends before a frame starts."""
+    header = _read_exactly(read, _FRAME.size)
     if header is None:
         return None
-    data = _receive_exactly(sock, _FRAME.unpack(header)[0])
+    data = _read_exactly(read, _FRAME.unpack(header)[0])
     if data is None:
         raise ConnectionError("the channel closed in the middle of a frame")
     return pickle.loads(data)
 
 
-def _receive_exactly(sock: socket.socket, size: int) -> bytes | None:
+def _read_exactly(read: Callable[[int], bytes], size: int) -> bytes | None:
     chunks: list[bytes] = []
     while size:
-        chunk = sock.recv(min(size, 1 << 20))
+        chunk = read(min(size, 1 << 20))
         if not chunk:
             return None
         chunks.append(chunk)
@@ -409,8 +413,8 @@ class Channel:
         carried = {key: value for key, value in environ.items() if key not in _STREAMS}
         sock = self._connection()
         try:
-            _send_frame(sock, (carried, body))
-            answer = _receive_frame(sock)
+            sock.sendall(frame((carried, body)))
+            answer = read_frame(sock.recv)
         except BaseException:
             sock.close()
             raise
@@ -443,7 +447,7 @@ def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
         with sock:
             while True:
                 try:
-                    request = _receive_frame(sock)
+                    request = read_frame(sock.recv)
                 except (ConnectionError, OSError):
                     return
                 if request is None:
@@ -451,7 +455,7 @@ def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
                 environ, body = request
                 environ["wsgi.input"], environ["wsgi.errors"] = io.BytesIO(body), sys.stderr
                 try:
-                    _send_frame(sock, _call(app, environ))
+                    sock.sendall(frame(_call(app, environ)))
                 except OSError:
                     return
 
