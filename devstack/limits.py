@@ -61,8 +61,8 @@ NAMES = tuple(f.name for f in fields(Limits))
 
 
 def enforced(name: str) -> bool:
-    with _lock:
-        return bool(getattr(_enforced, name))
+    # read without the lock: an attribute read is atomic, and a flag being switched is read before or after
+    return bool(getattr(_enforced, name))
 
 
 @contextmanager

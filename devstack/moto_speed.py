@@ -51,6 +51,7 @@ import copy
 import functools
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from enum import Enum
@@ -165,6 +166,22 @@ class DynamoJSONParser(moto_parse.JSONParser):
 
 
 def _is_attribute_value(shape: Any) -> bool:
+    """Whether ``shape`` is DynamoDB's ``AttributeValue`` as this parser knows it (kept per shape object: moto keeps
+    its service models, so the same shapes come back request after request)."""
+    try:
+        return _attribute_value_shapes[shape]
+    except KeyError:
+        pass
+    except TypeError:  # a shape that cannot be weakly referenced or hashed: asked every time
+        return _looks_like_attribute_value(shape)
+    known = _attribute_value_shapes[shape] = _looks_like_attribute_value(shape)
+    return known
+
+
+_attribute_value_shapes: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def _looks_like_attribute_value(shape: Any) -> bool:
     return bool(
         shape.name == "AttributeValue"
         and not shape.is_document_type

@@ -6,7 +6,8 @@ instead of polling (README, "Change events"; docs/events/). Four kinds, put on t
 * ``Release Yanked``: a release was yanked (``publishing.catalog.yank``);
 * ``Release Unavailable``: a stored blob of a release failed an integrity check and the release was marked
   ``unavailable`` (``maintenance.scrub``: the scrub, or a read that found it);
-* ``Operation Settled``: an installation operation reached its terminal outcome (``operations.settlement``).
+* ``Operation Settled``: an installation operation reached its terminal outcome (``operations.commit`` for one its
+  commit settled, ``operations.settlement`` for the rest);
 
 Each is put after its change is committed, and again by every retry that finds the change already done: at least
 once. ``detail.eventId`` is derived from the change itself (a UUID v5 of its kind and identity), so every copy of one

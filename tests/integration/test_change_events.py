@@ -20,7 +20,7 @@ from devstack.caller import Caller
 from packyard import changes, clock
 from packyard.api.times import rfc3339
 from packyard.errors import TransientStoreError
-from packyard.operations import settlement
+from packyard.operations import commit, settlement
 from packyard.publishing import publication
 from packyard.store import bus
 from packyard_cli.build import build_from_files
@@ -111,9 +111,11 @@ def test_a_yank_puts_release_yanked_and_a_repeated_yank_the_same_event(acme: Cal
     assert first["detail"] == expected and again["detail"] == expected
 
 
-def test_a_settled_install_puts_operation_settled_and_a_retried_settle_the_same_event(
+def test_a_settled_install_puts_operation_settled_and_a_retried_commit_or_settle_the_same_event(
     acme: Caller, published: dict[str, Any]
 ) -> None:
+    """The commit that settles the install puts the event (its run ends without Settle); a retried Commit, and a
+    Settle that finds it settled, put the same event again."""
     admitted = acme.install(WS, "hello", "hello", "1.0.0", key="k-events")
     final = acme.wait_settled(WS, admitted)  # approves the consent it waits for
     assert final["outcome"]["result"] == "succeeded", final
@@ -136,10 +138,13 @@ def test_a_settled_install_puts_operation_settled_and_a_retried_settle_the_same_
             "archiveSha256": release["archive"]["sha256"],
         },
     }
-    # Settle again, as Step Functions retries a task whose answer was lost: the operation is settled already
+    # Commit again, as Step Functions retries a task whose answer was lost: the operation is settled already
+    retried = commit.commit_task("t-acme", WS, final["operationId"], 1, "hello")
+    assert retried["settled"] is True
+    # and Settle, as a run whose Commit was caught would: it finds the operation settled too
     settlement.settle_task("t-acme", WS, "hello", final["operationId"], None)
-    first, again = recorded(acme.api.stack, changes.OPERATION_SETTLED)
-    assert again["detail"] == first["detail"]
+    first, again, third = recorded(acme.api.stack, changes.OPERATION_SETTLED)
+    assert again["detail"] == first["detail"] == third["detail"]
 
 
 def test_a_blob_the_scrub_finds_missing_puts_release_unavailable_and_a_recheck_the_same_event(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from devstack import express, lambdas
 from packyard.api.times import epoch_of
 from packyard_cli.build import build_from_files
 
@@ -39,6 +40,27 @@ def test_install_settles_succeeded_and_the_installation_is_active_at_version_1(r
     assert (inst.body["status"], inst.body["version"], inst.body["creation"]) == ("active", 1, "fresh")
     assert inst.body["release"]["version"] == "1.0.0"
     assert inst.body["grants"] == [{"kind": "api_read", "resource": "*", "origin": "owner", "ceiling": "workspace"}]
+
+
+def test_a_commit_that_settled_ends_the_run_without_settle_and_tells_the_change(acme):
+    """The install state machine's CommitSettled choice: the commit settled its operation in its transaction and put
+    the change event itself, so the run goes Commit → CommitSettled → Settled and Settle never runs."""
+    acme.publish("plain", "1.0.0", build_from_files({"SKILL.md": b"plain\n"}))  # no permissions: no consent
+    lambdas.clear_invocations()
+    admitted = acme.install(WS, "plain", "plain", "1.0.0", key="k-plain")
+    op = acme.wait_settled(WS, admitted)
+
+    tasks = ("PlanningFunction", "CommitFunction", "SettlementFunction")
+    ran = [call.function for call in lambdas.invocations() if call.function in tasks]
+    assert ran == ["PlanningFunction", "CommitFunction"], ran
+    (run,) = express.runs(acme.api.stack.state_machine_arns["InstallStateMachine"])
+    entered = [
+        event["stateEnteredEventDetails"]["name"]
+        for event in express.history(run.arn)
+        if event["type"].endswith("StateEntered")
+    ]
+    assert entered == ["Claim", "Plan", "NeedsConsent", "Commit", "CommitSettled", "Settled"], entered
+    assert op["outcome"] == {"result": "succeeded"}
 
 
 def test_same_key_same_request_is_the_same_operation_with_the_same_result(releases):

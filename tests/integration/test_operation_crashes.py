@@ -8,18 +8,22 @@ per key, settled succeeded, exactly one version bump, the installation equal to 
 from __future__ import annotations
 
 import contextlib
+import json
 
 import boto3
 import pytest
 
 from devstack import lambdas
 from devstack.faults import InjectedCrash, crash_after
+from packyard.errors import NeedsConsent
 from packyard.store import workflows
 from packyard_cli.build import build_from_files
 
 WS = "ws-crash"
 MAX_CALLS = 30
 TASKS = ("PlanningFunction", "CommitFunction", "SettlementFunction")
+LIFECYCLE_TASKS = ("PlanningFunction", "CommitFunction")  # a commit that lands settles: Settle does not run
+API_READ = [{"kind": "api_read"}]
 
 
 @pytest.fixture
@@ -36,10 +40,20 @@ def published(acme):
     return acme
 
 
+@pytest.fixture
+def widening(published):
+    """hello@3.0.0 asks a permission 1.0.0 and 2.0.0 do not: a workflow-origin update to it is refused by Plan."""
+    published.publish("hello", "3.0.0", build_from_files({"SKILL.md": b"three\n"}, permissions=API_READ))
+    return published
+
+
 def _run_tasks(stack, event, crash_in: str | None = None, k: int = 0):
-    """Plan → Commit → Settle, crashing once in ``crash_in`` after its k-th AWS call, then retrying it."""
+    """Plan → Commit → Settle as the ASL runs them (its CommitSettled choice: no Settle after a commit that settled
+    its operation), crashing once in ``crash_in`` after its k-th AWS call, then retrying it."""
     crashed = False
     for name in TASKS:
+        if name == "SettlementFunction" and event.get("commit", {}).get("settled") is True:
+            break
         spec = stack.functions[name]
         if name == crash_in:
             with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
@@ -82,7 +96,7 @@ def _assert_converged(acme, stack, installation, op_id, version, release):
     assert "operationId" not in _slot(stack, installation)
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", LIFECYCLE_TASKS)
 def test_each_install_task_converges_after_a_crash_at_every_call(published, stack, started, task):
     for k in range(1, MAX_CALLS):
         installation = f"{task.lower()[:4]}-{k}"
@@ -96,7 +110,7 @@ def test_each_install_task_converges_after_a_crash_at_every_call(published, stac
     assert k > 2, f"{task} made suspiciously few AWS calls"
 
 
-@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("task", LIFECYCLE_TASKS)
 def test_update_task_crash_never_double_bumps(published, stack, started, task):
     crashed_at: list[int] = []
     for k in range(1, MAX_CALLS):
@@ -116,6 +130,36 @@ def test_update_task_crash_never_double_bumps(published, stack, started, task):
     # and the crash must really have been injected there (else this test proves nothing about double bumps)
     assert crashed_at == list(range(1, k)), f"{task}: crashes injected after calls {crashed_at}, expected 1..{k - 1}"
     assert len(crashed_at) >= 2, f"{task}: crash injected after only {len(crashed_at)} call(s); is injection working?"
+
+
+def test_settle_of_a_refused_plan_converges_after_a_crash_at_every_call(widening, stack, started):
+    """Settle still runs for what the commit did not settle: a workflow-origin update that would widen grants is
+    refused by Plan (NeedsConsent) and Settle records the refusal, crashing after its k-th AWS call and retried."""
+    settle = stack.functions["SettlementFunction"]
+    for k in range(1, MAX_CALLS):
+        installation = f"refused-{k}"
+        widening.install(WS, installation, "hello", "1.0.0", key=f"i-refused-{k}")
+        _run_tasks(stack, dict(started[-1]))
+        admitted = widening.install(
+            WS, installation, "hello", "3.0.0", key=f"u-refused-{k}", if_match='"1"', origin="workflow"
+        )
+        event = dict(started[-1])
+        with pytest.raises(NeedsConsent) as refused:
+            lambdas.invoke_handler(stack.functions["PlanningFunction"], event)
+        event["error"] = {"Error": "NeedsConsent", "Cause": json.dumps({"errorMessage": str(refused.value)})}
+        with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
+            lambdas.invoke_handler(settle, event)
+        if plan.crashed:
+            lambdas.invoke_handler(settle, event)  # Step Functions' Retry
+
+        op = widening.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body
+        assert (op["state"], op["outcome"]["result"], op["outcome"]["code"]) == ("settled", "refused", "needs_consent")
+        inst = widening.get(f"/v1/workspaces/{WS}/installations/{installation}").body
+        assert (inst["version"], inst["release"]["version"]) == (1, "1.0.0")  # nothing committed
+        assert "operationId" not in _slot(stack, installation)
+        if not plan.crashed:
+            break
+    assert k > 2, "Settle made suspiciously few AWS calls"
 
 
 def test_admission_crash_then_client_resend_converges(published, stack, started):

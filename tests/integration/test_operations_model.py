@@ -5,8 +5,8 @@ step.
 
 The state machine is not used (its Retry waits would dominate): ``workflows.start`` is replaced by a recorder and the
 test plays Step Functions Express itself, calling the task handlers in-process in the order the ASL runs them
-(Plan → [AwaitConsent] → Commit → Settle; an exception routes to Settle with ``$.error`` exactly as the Catch would;
-ClaimLost from Plan ends the run at ``Duplicate``, with no Settle). Every start is a new run (Express does not
+(Plan → [AwaitConsent] → Commit → Settle unless the commit settled its operation; an exception routes to Settle
+with ``$.error`` exactly as the Catch would; ClaimLost from Plan ends the run at ``Duplicate``, with no Settle). Every start is a new run (Express does not
 deduplicate names): the recorder hands out a run ARN, which the tasks get as ``$$.Execution.Id`` (the runner that
 claims the operation). A crash is ``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then the task
 dies; afterwards either Step Functions retries the same task or the Catch routes it to Settle with a transient error
@@ -1066,7 +1066,11 @@ class OperationsModel(RuleBasedStateMachine):
             run.next, run.end = "done", "AwaitingConsent"  # the wait is recorded; a decision starts a new run
         else:
             run.event["commit"] = result
-            run.next = "settle"
+            # the ASL's CommitSettled choice: a commit that settled its operation ends the run, else Settle
+            if result.get("settled") is True:
+                run.next, run.end = "done", "Settled"
+            else:
+                run.next = "settle"
 
     def lose(self, run: Run, end: str) -> None:
         """The run ends without settling its operation: if it was the one to run it, the operation is left to the

@@ -2,7 +2,9 @@
 
 The commit's transaction also settles the operation ``succeeded`` and frees its slot: once the plan is on the
 installation, nothing else decides the outcome, and a separate settlement was a second transaction over the same
-items (docs/decisions.md, "Commit settles"). If the installation row already equals the plan (an earlier attempt
+items (docs/decisions.md, "Commit settles"). The commit then puts the ``Operation Settled`` change event itself and
+answers ``settled``, and the state machine ends there without running Settle (docs/decisions.md, "The commit tells
+its own settlement"); a retry that finds the operation settled puts the event again (at least once). If the installation row already equals the plan (an earlier attempt
 committed it and died), the commit is an exact replay: the operation's transition is recorded and nothing is bumped
 twice.
 """
@@ -13,7 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from packyard import clock
+from packyard import changes, clock
 from packyard.config import limits
 from packyard.errors import (
     ClaimLost,
@@ -49,7 +51,12 @@ def commit_task(
     op, slot, legacy_bytes = workspace.read_for_commit(tenant, workspace_id, operation_id, installation_id)
     if op is None:
         raise ClaimLost(f"operation {operation_id} does not exist")
-    if op.state in (OperationState.COMMITTED, OperationState.SETTLED):
+    if op.state is OperationState.SETTLED:
+        # settled by an earlier try (which may have died before its event went out), or by the sweep
+        if op.outcome is not None:
+            changes.emit(changes.operation_settled(op, op.outcome))
+        return {"version": op.version, "committed": True, "replay": True, "settled": True}
+    if op.state is OperationState.COMMITTED:  # committed by code before "Commit settles": Settle settles it
         return {"version": op.version, "committed": True, "replay": True}
     if op.state is not OperationState.PLANNED or op.version != planned_version or op.plan is None:
         raise ClaimLost(f"operation {operation_id} is {op.state} v{op.version}, not planned v{planned_version}")
@@ -64,8 +71,8 @@ def commit_task(
         # the installation's settled operation before this one starts its retention clock: idempotent, and right
         # whatever this commit meets (this operation settles either way, as the latest)
         workspace.retire(tenant, workspace_id, *retiring)
-    changes = hold_changes(op.baseline, plan)
-    holds, let_go = changes["holds"], changes["let_go"]
+    held = hold_changes(op.baseline, plan)
+    holds, let_go = held["holds"], held["let_go"]
     workspace.hold_before_commit(op, plan.version, holds)
     conflict = workspace.commit(
         op,
@@ -80,6 +87,7 @@ def commit_task(
     )
     if conflict is None:
         workspace.let_go_after_commit(op, plan.version, let_go, now)
+        changes.emit(changes.operation_settled(settled, SUCCEEDED))  # after the settlement is committed
         metrics.add_metric(name="OperationsSucceeded", unit=MetricUnit.Count, value=1)
         logger.info("operation committed", extra={"installationVersion": plan.version, "outcome": "succeeded"})
         return {"version": settled.version, "committed": True, "settled": True}
