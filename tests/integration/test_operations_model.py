@@ -4,14 +4,14 @@ owner's consent (approved, rejected or timed out), lease expiry, sweep restarts 
 step.
 
 The state machine is not used (its Retry waits would dominate): ``workflows.start`` is replaced by a recorder and the
-test plays Step Functions Express itself, calling the task handlers in-process in the order the ASL runs them
-(Plan → [AwaitConsent] → Commit → Settle unless the commit settled its operation; an exception routes to Settle
-with ``$.error`` exactly as the Catch would; ClaimLost from Plan ends the run at ``Duplicate``, with no Settle). Every start is a new run (Express does not
-deduplicate names): the recorder hands out a run ARN, which the tasks get as ``$$.Execution.Id`` (the runner that
-claims the operation). A crash is ``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then the task
-dies; afterwards either Step Functions retries the same task or the Catch routes it to Settle with a transient error
-(the operation is deferred to ``pending`` and a client retry with the same key resumes it); a crash in Settle whose
-retries run out ends the run at SettlementFailed, the operation left to the sweep.
+test plays Step Functions Express itself, calling the task handlers in-process in the order the ASL runs them (Plan →
+[AwaitConsent] → Commit → Settle unless the commit settled its operation; an exception routes to Settle with ``$.error``
+exactly as the Catch would; ClaimLost from Plan ends the run at ``Duplicate``, with no Settle). Every start is a new run
+(Express does not deduplicate names): the recorder hands out a run ARN, which the tasks get as ``$$.Execution.Id`` (the
+runner that claims the operation). A crash is ``devstack.faults.crash_after(k)``: the k-th AWS call's effect lands, then
+the task dies; afterwards either Step Functions retries the same task or the Catch routes it to Settle with a transient
+error (the operation is deferred to ``pending`` and a client retry with the same key resumes it); a crash in Settle
+whose retries run out ends the run at SettlementFailed, the operation left to the sweep.
 
 What Express adds, as rules:
 * a duplicate run starts: a second run of an operation with the input of one of its earlier starts, at any point

@@ -1,12 +1,12 @@
 """Commit: compare-and-put the recorded plan on the installation's baseline version, exactly once, and settle.
 
 The commit's transaction also settles the operation ``succeeded`` and frees its slot: once the plan is on the
-installation, nothing else decides the outcome, and a separate settlement was a second transaction over the same
-items (docs/decisions.md, "Commit settles"). The commit then puts the ``Operation Settled`` change event itself and
-answers ``settled``, and the state machine ends there without running Settle (docs/decisions.md, "The commit tells
-its own settlement"); a retry that finds the operation settled puts the event again (at least once). If the installation row already equals the plan (an earlier attempt
-committed it and died), the commit is an exact replay: the operation's transition is recorded and nothing is bumped
-twice.
+installation, nothing else decides the outcome, and a separate settlement was a second transaction over the same items
+(docs/decisions.md, "Commit settles"). The commit then puts the ``Operation Settled`` change event itself and answers
+``settled``, and the state machine ends there without running Settle (docs/decisions.md, "The commit tells its own
+settlement"); a retry that finds the operation settled puts the event again (at least once). If the installation row
+already equals the plan (an earlier attempt committed it and died), the commit is an exact replay: the operation's
+transition is recorded and nothing is bumped twice.
 """
 
 from __future__ import annotations
