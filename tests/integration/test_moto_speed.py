@@ -3,6 +3,7 @@ kept ASL program keep their own state, and update expressions parsed once answer
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -233,6 +234,14 @@ UPDATES: list[tuple[str, dict[str, Any], str | None]] = [
     ("SET a = :one, a = :one", {":one": {"N": "1"}}, None),  # two actions on one path: refused
     ("SET a = = :one", {":one": {"N": "1"}}, None),  # does not parse
     ("SET pk = :one", {":one": {"S": "other"}}, None),  # the key: refused
+    ("SET a = :one SET b = :one", {":one": {"N": "1"}}, None),  # two SET clauses: refused
+]
+NAMED_UPDATES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
+    # one text, different names: the checks of its structure hold for the names they were made with, not the text
+    ("SET #n = :one", {":one": {"S": "x"}}, {"#n": "a"}),
+    ("SET #n = :one", {":one": {"S": "x"}}, {"#n": "pk"}),  # the key under a name: refused
+    ("SET #n = :one, #m = :one", {":one": {"S": "x"}}, {"#n": "a", "#m": "b"}),
+    ("SET #n = :one, #m = :one", {":one": {"S": "x"}}, {"#n": "a", "#m": "a"}),  # one path twice: refused
 ]
 
 
@@ -240,8 +249,10 @@ def _run_updates(client: Any, table: str, pk: str) -> list[Any]:
     from botocore.exceptions import ClientError
 
     outcomes: list[Any] = []
+    requests = [(expression, values, condition, None) for expression, values, condition in UPDATES]
+    requests += [(expression, values, None, names) for expression, values, names in NAMED_UPDATES]
     for _ in range(2):  # the second round meets every expression again (a kept tree, when kept)
-        for expression, values, condition in UPDATES:
+        for expression, values, condition, names in requests:
             params: dict[str, Any] = {
                 "TableName": table,
                 "Key": {"pk": {"S": pk}, "sk": {"S": "u"}},
@@ -251,6 +262,8 @@ def _run_updates(client: Any, table: str, pk: str) -> list[Any]:
             }
             if condition:
                 params["ConditionExpression"] = condition
+            if names:
+                params["ExpressionAttributeNames"] = names
             try:
                 answer = client.update_item(**params)["Attributes"]
                 outcomes.append({k: v for k, v in answer.items() if k != "pk"})
@@ -279,6 +292,38 @@ def test_update_expressions_answer_as_motos_own_with_trees_kept_and_maps_built_o
     )
     assert kept == own
     assert any(isinstance(outcome, tuple) for outcome in own) and any(isinstance(o, dict) for o in own)
+    refusals = {outcome[0] for outcome in own if isinstance(outcome, tuple)}
+    assert {"ValidationException", "ConditionalCheckFailedException"} <= refusals, refusals
+
+
+def test_the_checks_of_an_update_expressions_structure_run_once_per_tree_names_and_keys(stack: Any) -> None:
+    """The second Update with one text and the same names skips moto's structure checks; other names run them."""
+    import boto3
+    from moto.dynamodb.parsing import validators
+
+    client = boto3.client("dynamodb")
+    walked: list[str] = []
+    real = validators.ActionCountValidator.traverse
+
+    def traverse(self: Any, node: Any) -> Any:
+        walked.append("checked")
+        return real(self, node)
+
+    validators.ActionCountValidator.traverse = traverse
+    try:
+        for names in ({"#q": "a"}, {"#q": "a"}, {"#q": "b"}, {"#q": "pk"}, {"#q": "pk"}):
+            with contextlib.suppress(Exception):
+                client.update_item(
+                    TableName=stack.table_name,
+                    Key={"pk": {"S": "t-structure"}, "sk": {"S": "u"}},
+                    UpdateExpression="SET #q = :v",
+                    ExpressionAttributeNames=names,
+                    ExpressionAttributeValues={":v": {"S": "x"}},
+                )
+    finally:
+        validators.ActionCountValidator.traverse = real
+    # a, (a again: skipped), b, pk (refused, so not kept), pk again (checked and refused again)
+    assert len(walked) == 4, walked
 
 
 def _shape_of(node: Any, parent: Any = None) -> Any:
