@@ -41,6 +41,10 @@ fifth pass"): moto's ``ConditionExpressionParser`` runs once in the DynamoDB han
 the backend (to evaluate), a tenth of the stack's CPU under load. The syntax tree is kept per expression text and
 attribute names, and each request's ``:values`` are bound into a copy of it (:func:`_parse_condition`).
 
+**An update expression's structure was checked for every Update** (docs/decisions.md, "The commit tells its own
+settlement"): three of moto's ten validation walks read only the tree, names and table keys; they run once per kept
+tree, names and keys (:func:`_validate_update`).
+
 Installed by :func:`devstack.lambdas.install` (every local runtime), removed by :func:`devstack.lambdas.uninstall`.
 """
 
