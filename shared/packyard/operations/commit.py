@@ -87,10 +87,12 @@ def commit_task(
     )
     if conflict is None:
         workspace.let_go_after_commit(op, plan.version, let_go, now)
-        changes.emit(changes.operation_settled(settled, SUCCEEDED))  # after the settlement is committed
+        written_settled = settled.state is OperationState.SETTLED  # what the transaction wrote decides the answer
+        if written_settled:
+            changes.emit(changes.operation_settled(settled, SUCCEEDED))  # after the settlement is committed
         metrics.add_metric(name="OperationsSucceeded", unit=MetricUnit.Count, value=1)
         logger.info("operation committed", extra={"installationVersion": plan.version, "outcome": "succeeded"})
-        return {"version": settled.version, "committed": True, "settled": True}
+        return {"version": settled.version, "committed": True, "settled": written_settled}
     if conflict.counters_moved:
         raise TransientStoreError("the workspace's counters moved while committing, retry")
     current = workspace.get_installation(tenant, workspace_id, op.installation_id)
