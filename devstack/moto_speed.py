@@ -172,13 +172,9 @@ class DynamoJSONParser(moto_parse.JSONParser):
 def _is_attribute_value(shape: Any) -> bool:
     """Whether ``shape`` is DynamoDB's ``AttributeValue`` as this parser knows it (kept per shape object: moto keeps
     its service models, so the same shapes come back request after request)."""
-    try:
-        return _attribute_value_shapes[shape]
-    except KeyError:
-        pass
-    except TypeError:  # a shape that cannot be weakly referenced or hashed: asked every time
-        return _looks_like_attribute_value(shape)
-    known = _attribute_value_shapes[shape] = _looks_like_attribute_value(shape)
+    known = _attribute_value_shapes.get(shape)
+    if known is None:
+        known = _attribute_value_shapes[shape] = _looks_like_attribute_value(shape)
     return known
 
 
@@ -439,15 +435,15 @@ def _validate_update(self: Any) -> Any:
     run once per kept tree, attribute names and table keys: they passed for this tree with these names before, so
     they pass again (a tree that failed them is checked, and refused, every time). Under load they were half of the
     validation's cost: ten walks of the tree for each Update."""
-    tree, key = getattr(self, "_kept_tree", None), _structure_key(self)
+    tree, key = self._kept_tree, _structure_key(self)
     with _structure_lock:
-        passed = tree is not None and key in _structure_passed.get(tree, ())
+        passed = key in _structure_passed.get(tree, ())
     node = self.node_to_validate
     for processor in self.processors:
         if passed and type(processor).__name__ in STRUCTURE_CHECKS:
             continue
         node = processor.traverse(node)
-    if tree is not None and not passed:
+    if not passed:
         with _structure_lock:
             _structure_passed.setdefault(tree, set()).add(key)
     return node

@@ -56,16 +56,19 @@ def _run_tasks(stack, event, crash_in: str | None = None, k: int = 0):
             break
         spec = stack.functions[name]
         if name == crash_in:
-            with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
-                result = lambdas.invoke_handler(spec, event)
-                _store(event, name, result)
-            crashed = plan.crashed
-            if crashed:
-                result = lambdas.invoke_handler(spec, event)  # Step Functions' Retry
-                _store(event, name, result)
+            result, crashed = _invoke_crashing(spec, event, k)
         else:
-            _store(event, name, lambdas.invoke_handler(spec, event))
+            result = lambdas.invoke_handler(spec, event)
+        _store(event, name, result)
     return crashed
+
+
+def _invoke_crashing(spec, event, k: int):
+    """The task, crashing after its k-th AWS call, then run again as Step Functions' Retry runs it: its answer, and
+    whether it crashed (it made fewer than k calls otherwise)."""
+    with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
+        return lambdas.invoke_handler(spec, event), False
+    return lambdas.invoke_handler(spec, event), plan.crashed
 
 
 def _store(event, name, result):
@@ -147,17 +150,14 @@ def test_settle_of_a_refused_plan_converges_after_a_crash_at_every_call(widening
         with pytest.raises(NeedsConsent) as refused:
             lambdas.invoke_handler(stack.functions["PlanningFunction"], event)
         event["error"] = {"Error": "NeedsConsent", "Cause": json.dumps({"errorMessage": str(refused.value)})}
-        with crash_after(k) as plan, contextlib.suppress(InjectedCrash):
-            lambdas.invoke_handler(settle, event)
-        if plan.crashed:
-            lambdas.invoke_handler(settle, event)  # Step Functions' Retry
+        _, crashed = _invoke_crashing(settle, event, k)
 
         op = widening.get(f"/v1/workspaces/{WS}/operations/{admitted.body['operationId']}").body
         assert (op["state"], op["outcome"]["result"], op["outcome"]["code"]) == ("settled", "refused", "needs_consent")
         inst = widening.get(f"/v1/workspaces/{WS}/installations/{installation}").body
         assert (inst["version"], inst["release"]["version"]) == (1, "1.0.0")  # nothing committed
         assert "operationId" not in _slot(stack, installation)
-        if not plan.crashed:
+        if not crashed:
             break
     assert k > 2, "Settle made suspiciously few AWS calls"
 

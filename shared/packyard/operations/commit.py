@@ -15,7 +15,7 @@ from typing import Any
 
 from aws_lambda_powertools.metrics import MetricUnit
 
-from packyard import changes, clock
+from packyard import clock
 from packyard.config import limits
 from packyard.errors import (
     ClaimLost,
@@ -53,11 +53,10 @@ def commit_task(
         raise ClaimLost(f"operation {operation_id} does not exist")
     if op.state is OperationState.SETTLED:
         # settled by an earlier try (which may have died before its event went out), or by the sweep
-        if op.outcome is not None:
-            changes.emit(changes.operation_settled(op, op.outcome))
+        settlement.tell_settled(op)
         return {"version": op.version, "committed": True, "replay": True, "settled": True}
     if op.state is OperationState.COMMITTED:  # committed by code before "Commit settles": Settle settles it
-        return {"version": op.version, "committed": True, "replay": True}
+        return {"version": op.version, "committed": True, "replay": True, "settled": False}
     if op.state is not OperationState.PLANNED or op.version != planned_version or op.plan is None:
         raise ClaimLost(f"operation {operation_id} is {op.state} v{op.version}, not planned v{planned_version}")
     if op.consent is not None and op.consent.decision != "approve":
@@ -89,7 +88,7 @@ def commit_task(
         workspace.let_go_after_commit(op, plan.version, let_go, now)
         written_settled = settled.state is OperationState.SETTLED  # what the transaction wrote decides the answer
         if written_settled:
-            changes.emit(changes.operation_settled(settled, SUCCEEDED))  # after the settlement is committed
+            settlement.tell_settled(settled)  # after the settlement is committed
         metrics.add_metric(name="OperationsSucceeded", unit=MetricUnit.Count, value=1)
         logger.info("operation committed", extra={"installationVersion": plan.version, "outcome": "succeeded"})
         return {"version": settled.version, "committed": True, "settled": written_settled}
@@ -108,7 +107,7 @@ def commit_task(
             }
         )
         workspace.transition(op, committed, slot_lease=committed.lease_until)
-        return {"version": committed.version, "committed": True, "replay": True}
+        return {"version": committed.version, "committed": True, "replay": True, "settled": False}
     if conflict.operation_changed or conflict.slot_lost:
         raise ClaimLost(f"operation {operation_id} lost its claim before commit")
     if conflict.release_unavailable and plan.release is not None:

@@ -73,8 +73,7 @@ def settle_task(
     if op is None:
         raise NotFound(f"operation {operation_id} not found")
     if op.state is OperationState.SETTLED:
-        if op.outcome is not None:  # settled by an earlier try, which may have died before its event went out
-            changes.emit(changes.operation_settled(op, op.outcome))
+        tell_settled(op)  # settled by an earlier try, which may have died before its event went out
         return {"settled": True, "outcome": op.outcome.model_dump(exclude_none=True) if op.outcome else None}
     if attempt is not None and attempt != op.attempt:
         logger.info("settle of an earlier attempt ignored", extra={"attempt": attempt, "current": op.attempt})
@@ -158,6 +157,13 @@ def outcome_of(op: Operation, error_type: str, error_message: str) -> Outcome:
     # not one of ours: the error's name and text (AWS's words, a class name) stay in the history and the logs
     logger.warning("operation stopped by an unexpected error", extra={"error": error_type[:120], "phase": op.state})
     return Outcome(result="unconfirmed", code=code, detail=f"the operation stopped while {op.state}")
+
+
+def tell_settled(op: Operation) -> None:
+    """Put the ``Operation Settled`` change event of ``op``, settled and stored: after the write that settled it, and
+    again by every retry that finds it settled (at least once; the event's id is the same every time)."""
+    if op.outcome is not None:
+        changes.emit(changes.operation_settled(op, op.outcome))
 
 
 def settled_as(op: Operation, outcome: Outcome, now: int) -> Operation:
