@@ -140,14 +140,34 @@ def _forget_invocations() -> None:
         lambdas.clear_invocations()
 
 
+def _answer_task(request: tuple[str, Any]) -> tuple[bytes, str | None]:
+    from devstack import lambdas
+
+    name, body = request
+    return lambdas.answer_task(name, body)
+
+
+def _stop_the_stack() -> None:
+    """A kill point of the restart tests reached in a task run here: the stack's process dies at it
+    (:func:`devstack.local.start` set SIGUSR2 to ``os._exit(137)``), and this task goes no further."""
+    os.kill(os.getppid(), signal.SIGUSR2)
+    threading.Event().wait()  # this process exits when the stack's process is gone (its stdin ends)
+
+
 def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None:
-    """Serve the API until stdin ends (the stack's process stopped or died)."""
-    from devstack import transport, wakes
+    """Serve the API, and run the tasks the stack's process dispatches, until stdin ends (the stack's process
+    stopped or died)."""
+    from devstack import lambdas, persistence, transport, wakes
     from devstack.server import console_log, start_api_server
     from packyard_cli import tokens
 
     transport.install_channel(configuration["channel"], configuration["aws_host"], configuration["aws_port"])
     wakes.install_alarm()
+    for spec in configuration["stack"].functions.values():
+        lambdas.register(spec)
+    if configuration.get("exit_at"):
+        persistence.install_exit_point(configuration["exit_at"], die=_stop_the_stack)
+    transport.serve_calls(_answer_task, configuration["tasks"], "packyard-task")
     state_dir = configuration["state_dir"]
     start_api_server(
         socket.socket(fileno=configuration["fd"]),

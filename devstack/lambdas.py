@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from moto.awslambda.models import LambdaBackend
 from moto.awslambda_simple.models import LambdaSimpleBackend
 
-from devstack import counting, express, limits, moto_fixes, moto_speed
+from devstack import counting, express, limits, moto_fixes, moto_speed, transport
 from devstack.template import ROOT, FunctionSpec, Stack
 
 _PATCHED_CLASSES: tuple[type, ...] = (LambdaBackend, LambdaSimpleBackend)
@@ -50,6 +51,11 @@ _functions: dict[str, FunctionSpec] = {}
 # modules keep per-request state at module level (the Powertools resolver's current event).
 _modules: dict[tuple[Path, str], list[ModuleType]] = {}
 _invocations: list[Invocation] = []
+
+TaskRunner = Callable[[str, Any], tuple[bytes, str | None]]
+"""Runs function ``name``'s handler on an invocation's body elsewhere: its payload and its ``X-Amz-Function-Error``."""
+_task_runner: TaskRunner | None = None
+_undo_direct: list[Callable[[], None]] = []
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,7 @@ def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> N
     moto_fixes.install()
     moto_speed.install()
     limits.install()
+    _undo_direct.append(transport.answer_directly(invoke_directly))
     with _lock:
         for cls in _PATCHED_CLASSES:
             if cls not in _originals:
@@ -115,6 +122,9 @@ def install(stack: Stack | None = None, extra: Iterable[FunctionSpec] = ()) -> N
 
 def uninstall() -> None:
     """Restore moto's Lambda backends and forget functions, loaded handler modules and recorded invocations."""
+    run_tasks_with(None)
+    while _undo_direct:
+        _undo_direct.pop()()
     with _lock:
         for cls, original in _originals.items():
             setattr(cls, "invoke", original)  # noqa: B010
@@ -181,28 +191,61 @@ def _make_invoke(cls: type) -> Callable[..., Any]:
                 self, function_name, qualifier, body, headers, response_headers
             )
             return answer
-        invocation_type = _header(headers, "X-Amz-Invocation-Type") or "RequestResponse"
-        if invocation_type == "DryRun":
-            return b""
-        asynchronous = invocation_type == "Event"
-        ceiling = limits.LAMBDA_ASYNC_REQUEST_BYTES if asynchronous else limits.LAMBDA_SYNC_REQUEST_BYTES
-        size = len(body.encode("utf-8") if isinstance(body, str) else body or b"")
-        if size > ceiling and limits.enforced("lambda_payload"):
-            raise limits.RequestEntityTooLarge(ceiling)
-        if asynchronous:
-            # Async invoke: AWS queues it and answers 202 at once (a throttled event waits in Lambda's queue).
-            threading.Thread(target=_run_counted, args=(spec, body), daemon=True).start()
-            return b""
-        with limits.invocation(spec.name, spec.reserved_concurrency):  # TooManyRequestsException past the ceiling
-            payload = _run(spec, body, response_headers)
-            for _ in range(express.task_runs(spec.name) - 1):  # devstack.faults.duplicate_task_runs: a task run twice
-                response_headers.pop("x-amz-function-error", None)  # the second run's answer is the task's
-                payload = _run(spec, body, response_headers)
-        response_headers["Content-Length"] = str(len(payload))
-        return payload
+        return _invoke(spec, body, _header(headers, "X-Amz-Invocation-Type"), response_headers)
 
     invoke.__doc__ = f"devstack in-process dispatch over {cls.__name__}.invoke"
     return invoke
+
+
+def _invoke(spec: FunctionSpec, body: Any, invocation_type: str | None, response_headers: Any) -> bytes:
+    """Lambda's ``Invoke`` of ``spec``: its payload (``response_headers`` get ``x-amz-function-error`` if it failed).
+    Refusals raise: :class:`devstack.limits.RequestEntityTooLarge`, :class:`devstack.limits.TooManyRequests`."""
+    if invocation_type == "DryRun":
+        return b""
+    asynchronous = invocation_type == "Event"
+    ceiling = limits.LAMBDA_ASYNC_REQUEST_BYTES if asynchronous else limits.LAMBDA_SYNC_REQUEST_BYTES
+    size = len(body.encode("utf-8") if isinstance(body, str) else body or b"")
+    if size > ceiling and limits.enforced("lambda_payload"):
+        raise limits.RequestEntityTooLarge(ceiling)
+    if asynchronous:
+        # Async invoke: AWS queues it and answers 202 at once (a throttled event waits in Lambda's queue).
+        threading.Thread(target=_run_counted, args=(spec, body), daemon=True).start()
+        return b""
+    with limits.invocation(spec.name, spec.reserved_concurrency):  # TooManyRequestsException past the ceiling
+        payload = _run_task(spec, body, response_headers)
+        for _ in range(express.task_runs(spec.name) - 1):  # devstack.faults.duplicate_task_runs: a task run twice
+            response_headers.pop("x-amz-function-error", None)  # the second run's answer is the task's
+            payload = _run_task(spec, body, response_headers)
+    response_headers["Content-Length"] = str(len(payload))
+    return payload
+
+
+_INVOKE_PATH = re.compile(r"^/2015-03-31/functions/(?P<name>[^/]+)/invocations$")
+_INVOKE_STATUS = {"Event": 202, "DryRun": 204}
+
+
+def invoke_directly(request: Any) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    """Lambda's ``Invoke`` of a registered function, answered as moto's Lambda API answers it through
+    :func:`_make_invoke` (status, headers, payload; Lambda's refusals as moto writes its errors), without moto
+    parsing the request and routing it first: a sixteenth of the local stack's process under load
+    (docs/decisions.md, "Local stack throughput, sixth pass"). None for any other request, which moto answers.
+    Registered with :func:`devstack.transport.answer_directly` by :func:`install`."""
+    if request.method != "POST":
+        return None
+    match = _INVOKE_PATH.match(urlsplit(request.url).path)
+    spec = _lookup(unquote(match["name"])) if match else None
+    if spec is None:
+        return None
+    raw = request.headers.get("X-Amz-Invocation-Type")  # botocore's headers: case-insensitive, values bytes
+    invocation_type = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    response_headers: dict[str, str] = {"x-amzn-requestid": str(uuid.uuid4())}
+    try:
+        payload = _invoke(spec, transport.body_of(request), invocation_type, response_headers)
+    except (limits.RequestEntityTooLarge, limits.TooManyRequests) as refused:  # moto writes its JsonRESTError
+        return transport.answer_of("POST", int(refused.code), refused.get_headers(), refused.get_body(), {})
+    response_headers["content-type"] = "application/json"
+    status = _INVOKE_STATUS.get(invocation_type or "", 200)
+    return transport.answer_of("POST", status, response_headers, payload, response_headers)
 
 
 def context_for(spec: FunctionSpec) -> LambdaContext:
@@ -253,7 +296,37 @@ def _run_counted(spec: FunctionSpec, body: Any) -> bytes:
     """An async invocation: counted in the function's concurrency while it runs (never throttled here: AWS keeps a
     throttled event in its queue and retries it)."""
     with limits.invocation(spec.name, None):
-        return _run(spec, body, {})
+        return _run_task(spec, body, {})
+
+
+def run_tasks_with(runner: TaskRunner | None) -> None:
+    """Run the handlers of the invocations Lambda's ``Invoke`` dispatches (Step Functions' tasks, events' targets)
+    with ``runner``, in another process (:mod:`devstack.api_process`, whose :func:`answer_task` runs them); None: in
+    this one. Invoke's own rules stay here: payload limits of the request, concurrency and its throttles, the
+    duplicated runs of :mod:`devstack.faults`."""
+    global _task_runner
+    _task_runner = runner
+
+
+def answer_task(name: str, body: Any) -> tuple[bytes, str | None]:
+    """Run function ``name``'s handler on an invocation's ``body`` here, for the process that dispatched it: the
+    payload Invoke answers and its ``X-Amz-Function-Error`` (None when the handler returned)."""
+    spec = _lookup(name)
+    if spec is None:
+        raise LookupError(f"no function {name!r} is registered in this process")
+    response_headers: dict[str, str] = {}
+    payload = _run(spec, body, response_headers)
+    return payload, response_headers.get("x-amz-function-error")
+
+
+def _run_task(spec: FunctionSpec, body: Any, response_headers: Any) -> bytes:
+    runner = _task_runner
+    if runner is None:
+        return _run(spec, body, response_headers)
+    payload, function_error = runner(spec.name, body)
+    if function_error is not None:
+        response_headers["x-amz-function-error"] = function_error
+    return payload
 
 
 def _run(spec: FunctionSpec, body: Any, response_headers: Any) -> bytes:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -126,6 +127,19 @@ def _sweep_on_schedule(machine: str, aws_url: str, every: float, stop: threading
         }
         with contextlib.suppress(Exception):  # a missed tick is retried by the next one, as on AWS
             sfn.start_execution(stateMachineArn=machine, input=json.dumps(event))
+
+
+def _exit_point_in_tasks() -> str | None:
+    """A kill point (``$PACKYARD_LOCAL_EXIT_AT``) reached while a task runs, for the API process that runs the tasks
+    (``after:``; ``invoke:`` is reached here, as Step Functions invokes). It stops this process there: SIGUSR2 makes
+    it exit with the code SIGKILL leaves (:func:`devstack.api_process.serve`)."""
+    from devstack import persistence
+
+    spec = os.environ.get(persistence.EXIT_AT, "")
+    if not spec.startswith("after:"):
+        return None
+    signal.signal(signal.SIGUSR2, lambda *_: os._exit(persistence.EXIT_CODE))
+    return spec
 
 
 def tokens_shaped_like(idp: str | None) -> dict[str, str] | None:
@@ -257,9 +271,12 @@ def start(
         stoppers.append(_reset_packyard_caches)
 
         if api_process:
-            # the API's handlers reach moto through a channel (no HTTP), and their waits are woken from here
+            # the API's handlers, and the tasks' (Step Functions', events'), run in the API process and reach moto
+            # through a channel (no HTTP); their waits are woken from here
             channel, close_channel = transport.serve_channel(moto_server.app)
             stoppers.append(close_channel)
+            tasks_address = transport.new_address("tasks")
+            exit_at = _exit_point_in_tasks()
             api = api_processes.start(
                 sockets.api,
                 {
@@ -269,10 +286,16 @@ def start(
                     "channel": channel,
                     "aws_host": host,
                     "aws_port": aws_port,
+                    "tasks": tasks_address,
+                    "exit_at": exit_at,
                 },
             )
             sockets.api.close()  # the API process holds its own duplicate of the descriptor
             stoppers.append(api.stop)
+            tasks = transport.Caller(tasks_address, "the API process's tasks")
+            lambdas.run_tasks_with(lambda name, body: tasks.call((name, body)))
+            stoppers.append(tasks.close)
+            stoppers.append(functools.partial(lambdas.run_tasks_with, None))
             wakes.install(observe=api.notify_at_rest)
         else:
             api_server = start_api_server(sockets.api, stack, key, state_dir=directory, idp=idp, log=log)

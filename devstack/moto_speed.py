@@ -102,6 +102,21 @@ class DynamoJSONSerializer(moto_serialize.JSONSerializer):
             return
         super()._serialize_type_structure(serialized, value, shape, key)
 
+    def _serialize_type_map(self, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        """An item (a map of AttributeValues) written in one pass: moto's map serializer would go through
+        ``_serialize`` (a method looked up by name, a path pushed and popped) for each attribute."""
+        value_shape = shape.value
+        if value_shape.name != "AttributeValue":
+            super()._serialize_type_map(serialized, value, shape, key)
+            return
+        map_obj: dict[str, Any] = self.MAP_TYPE()
+        self._default_serialize(serialized, map_obj, shape, key)
+        for name, attribute in value.items():
+            if name and isinstance(attribute, dict):
+                map_obj[name] = self._attribute_value(attribute, value_shape)
+            else:
+                self._serialize(map_obj, attribute, value_shape, name)
+
     def _attribute_value(self, value: dict[str, Any], shape: Any) -> Any:
         out: dict[str, Any] = {}
         for name in value if len(value) == 1 else shape.members:

@@ -840,8 +840,9 @@ def _install_hooks(journal: Journal, bodies: Path) -> list[Callable[[], None]]:
 # ------------------------------------------------------------------ the fault hook of the restart tests
 
 
-def install_exit_point(spec: str | None = None) -> Callable[[], None] | None:
-    """Die (``os._exit(137)``, what SIGKILL leaves) at the step ``spec`` (default: ``$PACKYARD_LOCAL_EXIT_AT``) names:
+def install_exit_point(spec: str | None = None, die: Callable[[], None] | None = None) -> Callable[[], None] | None:
+    """Die (``os._exit(137)``, what SIGKILL leaves; or ``die()``) at the step ``spec`` (default:
+    ``$PACKYARD_LOCAL_EXIT_AT``) names:
 
     * ``invoke:NAME``: as Step Functions invokes the Lambda function whose name or ARN contains NAME (before it runs);
     * ``after:OPERATION@SITE``: right after AWS answered ``OPERATION`` (e.g. ``TransactWriteItems``) called by the data
@@ -851,6 +852,7 @@ def install_exit_point(spec: str | None = None) -> Callable[[], None] | None:
     spec = spec if spec is not None else os.environ.get(EXIT_AT)
     if not spec:
         return None
+    exit_now = die or functools.partial(os._exit, EXIT_CODE)
     from botocore.handlers import BUILTIN_HANDLERS
 
     from devstack.faults import calling_site
@@ -860,7 +862,7 @@ def install_exit_point(spec: str | None = None) -> Callable[[], None] | None:
 
         def on_invoke(params: Any = None, **_: Any) -> None:
             if isinstance(params, dict) and what in str(params.get("FunctionName", "")):
-                os._exit(EXIT_CODE)
+                exit_now()
 
         handler: tuple[str, Callable[..., None]] = ("before-parameter-build.lambda.Invoke", on_invoke)
     elif when == "after":
@@ -868,7 +870,7 @@ def install_exit_point(spec: str | None = None) -> Callable[[], None] | None:
 
         def on_answer(model: Any = None, **_: Any) -> None:
             if model is not None and model.name == operation and (not site or calling_site() == site):
-                os._exit(EXIT_CODE)
+                exit_now()
 
         handler = ("after-call", on_answer)
     else:

@@ -40,6 +40,7 @@ through, as this debug app does; a path the map does not match; moto's own dashb
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import pickle
@@ -78,6 +79,11 @@ IN_PROCESS = "devstack.in_process"
 def _latin1(text: str) -> str:
     """WSGI's "bytes as latin-1" strings (werkzeug's ``_wsgi_encoding_dance``)."""
     return text.encode("utf-8").decode("latin-1")
+
+
+def body_of(request: Any) -> bytes:
+    """A request's body as the socket would have carried it."""
+    return _body(request.body)
 
 
 def _body(body: Any) -> bytes:
@@ -231,19 +237,19 @@ def _dispatch(
     except HTTPException as exc:
         if app.trap_http_exception(exc):
             raise
-        return _answer(request.method, int(exc.code or 500), exc.get_headers(environ), exc.get_body(environ), {})
+        return answer_of(request.method, int(exc.code or 500), exc.get_headers(environ), exc.get_body(environ), {})
     if len(result) == 3:
         status, headers, content = result
     else:
         status, headers, content = 200, {}, result
-    return _answer(request.method, _status_code(status), headers, content, headers)
+    return answer_of(request.method, _status_code(status), headers, content, headers)
 
 
 def _status_code(status: Any) -> int:
     return int(str(status).split(" ", 1)[0]) if not isinstance(status, int) else status
 
 
-def _answer(
+def answer_of(
     method: str, status: int, headers: Any, content: Any, moto_headers: Any
 ) -> tuple[int, list[tuple[str, str]], bytes]:
     """Flask's ``Response(response=content, status=status, headers=headers)`` as werkzeug writes it."""
@@ -316,6 +322,27 @@ def _addressed_in_process(self: SigV4Auth, request: Any) -> None:
 _installed_add_auth: Any = SigV4Auth.add_auth
 
 
+Answer = tuple[int, list[tuple[str, str]], bytes]
+DirectAnswer = Callable[[Any], "Answer | None"]
+_direct: list[DirectAnswer] = []
+
+
+def answer_directly(direct: DirectAnswer) -> Callable[[], None]:
+    """Let ``direct`` answer the requests of this process to its own moto that it knows (status, headers, body), as
+    moto would, before moto parses them; None leaves a request to moto. :func:`devstack.lambdas.invoke_directly`
+    answers Lambda's ``Invoke`` of the stack's functions so. Returns the function that takes it back."""
+    with _lock:
+        if direct not in _direct:
+            _direct.append(direct)
+    return functools.partial(_stop_answering, direct)
+
+
+def _stop_answering(direct: DirectAnswer) -> None:
+    with _lock:
+        if direct in _direct:
+            _direct.remove(direct)
+
+
 def _send_in_process(request: Any = None, **_: Any) -> AWSResponse | None:
     if request is None or not _apps:
         return None
@@ -323,8 +350,11 @@ def _send_in_process(request: Any = None, **_: Any) -> AWSResponse | None:
     app = _apps.get(netloc)
     if app is None:
         return None
-    environ = environ_for(request, netloc)
-    status, headers, body = app.call(environ) if isinstance(app, Channel) else _call(app, environ)
+    if isinstance(app, Channel):
+        status, headers, body = app.call(environ_for(request, netloc))
+    else:
+        answered = next((found for direct in _direct if (found := direct(request)) is not None), None)
+        status, headers, body = answered or _call(app, environ_for(request, netloc))
     from botocore.compat import HTTPHeaders
 
     response_headers = HTTPHeaders()
@@ -389,14 +419,18 @@ def _read_exactly(read: Callable[[int], bytes], size: int) -> bytes | None:
     return b"".join(chunks)
 
 
-class Channel:
-    """Another process's way in to this moto app (:func:`serve_channel`): a request goes as its WSGI environ and
-    body over a Unix socket, and comes back as status, headers and body, with no HTTP parsed or written on either
-    side. The local stack's API process (:mod:`devstack.api_process`) reaches the stack's moto through one; a
-    connection serves one request at a time, so idle ones are kept for the next request of any thread."""
+class CallFailed(RuntimeError):
+    """The other process raised while it answered a call (its type and message say what)."""
 
-    def __init__(self, address: str) -> None:
+
+class Caller:
+    """One side of a call to another process (:func:`serve_calls` is the other): a request goes as one frame over a
+    Unix socket and its answer comes back as one. A connection carries one call at a time, so idle ones are kept for
+    the next call of any thread."""
+
+    def __init__(self, address: str, what: str) -> None:
         self.address = address
+        self._what = what
         self._idle: list[socket.socket] = []
         self._idle_lock = threading.Lock()
 
@@ -408,23 +442,23 @@ class Channel:
         sock.connect(self.address)
         return sock
 
-    def call(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
-        body = environ["wsgi.input"].getvalue()
-        carried = {key: value for key, value in environ.items() if key not in _STREAMS}
+    def call(self, request: Any) -> Any:
         sock = self._connection()
         try:
-            sock.sendall(frame((carried, body)))
+            sock.sendall(frame(request))
             answer = read_frame(sock.recv)
         except BaseException:
             sock.close()
             raise
         if answer is None:
             sock.close()
-            raise ConnectionError(f"the local stack's channel {self.address!r} closed: did the stack stop?")
+            raise ConnectionError(f"{self._what} {self.address!r} closed: did the stack stop?")
         with self._idle_lock:
             self._idle.append(sock)
-        status, headers, payload = answer
-        return int(status), list(headers), bytes(payload)
+        answered, value = answer
+        if not answered:
+            raise CallFailed(f"{self._what} {self.address!r} could not answer: {value}")
+        return value
 
     def close(self) -> None:
         with self._idle_lock:
@@ -433,17 +467,20 @@ class Channel:
             sock.close()
 
 
-def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
-    """Answer requests that other processes send through a :class:`Channel` with ``app`` (moto's server app, the
-    one the HTTP server and this process's own requests use), one thread per connection. Returns the channel's
-    address (an abstract Unix socket: nothing on disk) and the function that closes it."""
+def new_address(kind: str) -> str:
+    """An abstract Unix socket address (nothing on disk) no other process of this machine uses."""
+    return f"\0packyard-{kind}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+def serve_calls(answer: Callable[[Any], Any], address: str, name: str) -> Callable[[], None]:
+    """Answer the calls :class:`Caller` s send to ``address`` with ``answer(request)``, one thread (named ``name``)
+    per connection. Returns the function that stops listening."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    address = f"\0packyard-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     listener.bind(address)
     listener.listen(64)
     closed = threading.Event()
 
-    def answer(sock: socket.socket) -> None:
+    def serve(sock: socket.socket) -> None:
         with sock:
             while True:
                 try:
@@ -452,10 +489,12 @@ def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
                     return
                 if request is None:
                     return
-                environ, body = request
-                environ["wsgi.input"], environ["wsgi.errors"] = io.BytesIO(body), sys.stderr
                 try:
-                    sock.sendall(frame(_call(app, environ)))
+                    answered: tuple[bool, Any] = (True, answer(request))
+                except Exception as exc:  # the caller raises CallFailed with it; this connection serves on
+                    answered = (False, f"{type(exc).__name__}: {exc}")
+                try:
+                    sock.sendall(frame(answered))
                 except OSError:
                     return
 
@@ -465,9 +504,9 @@ def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
                 sock, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=answer, args=(sock,), name="packyard-channel", daemon=True).start()
+            threading.Thread(target=serve, args=(sock,), name=name, daemon=True).start()
 
-    threading.Thread(target=accept, name="packyard-channel-accept", daemon=True).start()
+    threading.Thread(target=accept, name=f"{name}-accept", daemon=True).start()
 
     def close() -> None:
         closed.set()
@@ -475,7 +514,36 @@ def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
             listener.shutdown(socket.SHUT_RDWR)
         listener.close()
 
-    return address, close
+    return close
+
+
+class Channel(Caller):
+    """Another process's way in to this moto app (:func:`serve_channel`): a request goes as its WSGI environ and
+    body, and comes back as status, headers and body, with no HTTP parsed or written on either side. The local
+    stack's API process (:mod:`devstack.api_process`) reaches the stack's moto through one."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(address, "the local stack's channel")
+
+    def call(self, environ: dict[str, Any]) -> tuple[int, list[tuple[str, str]], bytes]:
+        body = environ["wsgi.input"].getvalue()
+        carried = {key: value for key, value in environ.items() if key not in _STREAMS}
+        status, headers, payload = super().call((carried, body))
+        return int(status), list(headers), bytes(payload)
+
+
+def serve_channel(app: Any) -> tuple[str, Callable[[], None]]:
+    """Answer requests that other processes send through a :class:`Channel` with ``app`` (moto's server app, the
+    one the HTTP server and this process's own requests use), one thread per connection. Returns the channel's
+    address and the function that closes it."""
+
+    def answer(request: tuple[dict[str, Any], bytes]) -> tuple[int, list[tuple[str, str]], bytes]:
+        environ, body = request
+        environ["wsgi.input"], environ["wsgi.errors"] = io.BytesIO(body), sys.stderr
+        return _call(app, environ)
+
+    address = new_address("channel")
+    return address, serve_calls(answer, address, "packyard-channel")
 
 
 def install_channel(address: str, host: str, port: int) -> Channel:

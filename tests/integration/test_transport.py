@@ -304,3 +304,82 @@ def test_a_path_no_service_serves_is_answered_by_flask(dispatcher: transport.InP
     expected = b"".join(dispatcher(environ, lambda status, headers, exc_info=None: statuses.append(status)))
     assert statuses[0] == statuses[1] == "404 NOT FOUND"
     assert body == expected
+
+
+# ------------------------------------------------------------------ Lambda's Invoke answered directly
+
+
+def _invoked(client_: Any, name: str, payload: bytes, invocation_type: str = "RequestResponse") -> dict[str, Any]:
+    def call() -> Any:
+        answered = client_.invoke(FunctionName=name, InvocationType=invocation_type, Payload=payload)
+        answered["Payload"] = answered["Payload"].read()
+        return answered
+
+    return answer(call)
+
+
+def test_lambda_invoke_of_a_stack_function_is_answered_directly_as_moto_answers_it(
+    dispatcher: transport.InProcessDispatcher, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    from pathlib import Path
+
+    from botocore.config import Config
+    from moto.awslambda.responses import LambdaResponse
+
+    from devstack import lambdas, limits
+    from devstack.template import FunctionSpec
+    from tests.support.fake_functions import limits_app
+
+    reached_moto: list[str] = []
+    moto_invoke = LambdaResponse.invoke
+
+    def counted(self: Any) -> Any:
+        reached_moto.append(self.path)
+        return moto_invoke(self)
+
+    monkeypatch.setattr(LambdaResponse, "invoke", counted)
+
+    def fake(name: str, handler: str, reserved: int | None = None) -> str:
+        lambdas.register(
+            FunctionSpec(
+                logical_id=name,
+                name=name,
+                arn=f"arn:aws:lambda:us-east-1:123456789012:function:{name}",
+                code_uri=Path(limits_app.__file__).parent,
+                handler=f"limits_app.{handler}",
+                timeout=30,
+                reserved_concurrency=reserved,
+            )
+        )
+        return name
+
+    with lambdas.dispatching():
+        echo, fails, sized, throttled = fake("echo", "echo"), fake("fails", "fails"), fake("sized", "sized"), fake(
+            "throttled", "echo", reserved=0
+        )
+        made = client("lambda", config=Config(retries={"total_max_attempts": 1}))
+        too_large = b'"' + b"x" * limits.LAMBDA_SYNC_REQUEST_BYTES + b'"'
+        cases = [
+            (echo, b"{}", "RequestResponse"),
+            (f"arn:aws:lambda:us-east-1:123456789012:function:{echo}", b"{}", "RequestResponse"),
+            (fails, b"{}", "RequestResponse"),  # the handler raised: 200, X-Amz-Function-Error, its error payload
+            (sized, json.dumps({"bytes": limits.LAMBDA_SYNC_RESPONSE_BYTES + 1}).encode(), "RequestResponse"),
+            (echo, too_large, "RequestResponse"),  # 413
+            (throttled, b"{}", "RequestResponse"),  # 429: no concurrency reserved
+            (echo, b"{}", "DryRun"),
+            (echo, b"{}", "Event"),
+        ]
+        direct = [_invoked(made, name, payload, kind) for name, payload, kind in cases]
+        assert reached_moto == []  # moto's Lambda API parsed none of them
+        transport._stop_answering(lambdas.invoke_directly)
+        through_moto = [_invoked(made, name, payload, kind) for name, payload, kind in cases]
+        assert len(reached_moto) == len(cases)
+
+    for (name, _, kind), got, expected in zip(cases, direct, through_moto, strict=True):
+        for found in (got, expected):
+            found.get("Error", {}).pop("RequestId", None)
+            found["headers"].pop("status", None)  # moto writes its status code as a header too; nothing reads it
+        assert got == expected, (name, kind)
+    assert direct[0]["Payload"] == b'{"echo": true}' and direct[2]["FunctionError"] == "Unhandled"
+    assert [found["status"] for found in direct] == [200, 200, 200, 200, 413, 429, 204, 202]

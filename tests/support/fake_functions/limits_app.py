@@ -25,3 +25,7 @@ def held(event: dict[str, Any], context: Any) -> Any:
     entered.set()
     release.wait(10)
     return {"held": True}
+
+
+def fails(event: dict[str, Any], context: Any) -> Any:
+    raise ValueError("refused on purpose")
