@@ -2,12 +2,15 @@
 beside the services they call.
 
 ``packyard local`` runs two processes. The stack's own (:mod:`devstack.local`) keeps moto (every table, bucket and
-execution), the Step Functions interpreter and the Lambda tasks it dispatches in-process to their handlers. This one
-serves the HTTP API (:class:`devstack.server.LocalApiServer`: routes, the JWT authorizer, API Gateway's edge limits,
-the OpenID Connect issuer, ``/openapi.json``) and runs the API functions' handlers, whose AWS calls reach the stack's
-moto through a channel (:class:`devstack.transport.Channel`: the WSGI environ and body over a Unix socket, no HTTP
-on either side). Why: one interpreter was the ceiling of the stack under load, and the API's requests are a fifth of
-its CPU that needs none of moto's state (docs/decisions.md, "Local stack throughput, fifth pass").
+execution), the Step Functions interpreter, and Lambda's ``Invoke`` (its payload limits, concurrency and throttles).
+This one serves the HTTP API (:class:`devstack.server.LocalApiServer`: routes, the JWT authorizer, API Gateway's edge
+limits, the OpenID Connect issuer, ``/openapi.json``) and runs the functions' handlers: the API's, and those of the
+tasks the stack's process invokes (Step Functions' tasks, the events' targets), which it sends here over a task
+channel (:func:`devstack.lambdas.run_tasks_with`). The handlers' AWS calls reach the stack's moto through a channel
+(:class:`devstack.transport.Channel`: the WSGI environ and body over a Unix socket, no HTTP on either side). Why: one
+interpreter was the ceiling of the stack under load; the API's requests, then the tasks' handlers and their
+botocore side, are CPU that needs none of moto's state (docs/decisions.md, "Local stack throughput, fifth pass" and
+"sixth pass").
 
 How it talks with the stack's process (:func:`start` is the stack's side):
 
@@ -16,6 +19,10 @@ How it talks with the stack's process (:func:`start` is the stack's side):
   line ``<pk>\\t<sk>`` per operation item written at rest, which wakes the waits for it (:mod:`devstack.wakes`).
   End of file means the stack's process is gone (stopped, or killed with ``kill -9``): this one exits at once.
 * **the API socket**: inherited, already listening (bound by ``packyard local`` before anything started).
+* **the task channel**: an abstract Unix socket address in the configuration, where this process answers the
+  invocations the stack's process sends (function name and body in, payload and ``X-Amz-Function-Error`` out).
+  A kill point of the restart tests (``after:``, ``$PACKYARD_LOCAL_EXIT_AT``) reached in a task here stops the
+  stack's process with SIGUSR2.
 * **a ready pipe**: ``READY`` once it serves; anything else is the reason it could not start.
 * **stdout and stderr**: the stack's own; the access log is written there as the stack writes it.
 """

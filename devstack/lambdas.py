@@ -14,6 +14,13 @@ thread, and answers exactly like AWS Lambda's ``Invoke``:
 Any other function name falls through to moto unchanged. Handlers run in the process's environment
 (see :meth:`devstack.template.Stack.environment`); function-specific variables are not swapped in per call
 because executions run on moto's background threads.
+
+Where the local stack's transport is installed (``packyard local``), an ``Invoke`` of a registered function is
+answered by :func:`invoke_directly` before moto's Lambda API parses it (the same answer, fewer steps). And
+``packyard local`` runs the handlers in its API process (:func:`run_tasks_with`): everything Lambda's ``Invoke``
+decides (payload limits, concurrency, throttles, the duplicated runs of :mod:`devstack.faults`) is still decided here,
+only the handler's run happens there. The in-process runtime of the tests (:func:`devstack.local_aws`) and
+``packyard local --single-process`` run them here, in the calling thread.
 """
 
 from __future__ import annotations

@@ -45,6 +45,13 @@ attribute names, and each request's ``:values`` are bound into a copy of it (:fu
 settlement"): three of moto's ten validation walks read only the tree, names and table keys; they run once per kept
 tree, names and keys (:func:`_validate_update`).
 
+**Every query sorted the whole table** (sixth pass, docs/decisions.md "Local stack throughput, sixth pass"):
+moto's ``Table.query`` sorts every item of the table, then looks for the ones under the key, so a query's cost grew
+with the table, under the lock that makes DynamoDB's operations atomic. It now looks at the items that can match
+(the table's own key: the items stored under it; an index: those whose hash attributes equal the query's), then runs
+its own checks, sort, paging and filters on them (:func:`_query`). Items are answered a whole map at a time too
+(:meth:`DynamoJSONSerializer._serialize_type_map`).
+
 Installed by :func:`devstack.lambdas.install` (every local runtime), removed by :func:`devstack.lambdas.uninstall`.
 """
 
@@ -53,6 +60,7 @@ from __future__ import annotations
 import base64
 import copy
 import functools
+import inspect
 import sys
 import threading
 import weakref
@@ -584,6 +592,85 @@ def _uninstall_conditions() -> None:
         _conditions.clear()
 
 
+# ------------------------------------------------------------------ Query: the items that can match, not the table
+
+_query_candidates = threading.local()
+
+
+def _item_order(item: Any) -> Any:
+    """The order moto's ``Table.all_items`` gives (its sort key)."""
+    return (item.hash_key, item.range_key) if item.range_key else item.hash_key
+
+
+def _candidates(table: Any, hash_key: Any, index_name: str | None, conditions: Any) -> list[Any] | None:
+    """The items of ``table`` a query can match, in ``all_items``' order: those under the hash key (the table's
+    own key), or those whose index hash attributes equal the query's (an index; a string compared as moto compares
+    it, any other type kept if the attribute is there). None: let moto look at every item."""
+    if not index_name:
+        if hash_key is None:
+            return None
+        found = table.items.get(hash_key)
+        if found is None:
+            return []
+        return sorted(found.values(), key=_item_order) if table.range_key_attr else [found]
+    if not conditions:
+        return None
+    tests = [(name, expected.type, expected.value) for name, expected in conditions]
+    kept = []
+    for stored in table.items.values():
+        for item in stored.values() if table.range_key_attr else (stored,):
+            attrs = item.attrs
+            for name, kind, value in tests:
+                found_value = attrs.get(name)
+                if found_value is None or (kind == "S" and (found_value.type != "S" or found_value.value != value)):
+                    break
+            else:
+                kept.append(item)
+    return sorted(kept, key=_item_order)
+
+
+def _query(self: Any, hash_key: Any, *args: Any, **kwargs: Any) -> Any:
+    """moto's ``Table.query``, looking only at the items that can match (:func:`_candidates`): moto sorts every item
+    of the table for each query before it looks for matches, so a query cost grew with the table (a sweep's 32
+    queries of the due index took 12 s once the benchmark's soak had stored 9,000 items, under the lock that makes
+    DynamoDB's operations atomic, and stalled every operation meanwhile). moto's own checks, sort, paging and
+    filters then run on those items, so the answer is moto's."""
+    original = _installed["Table.query"]
+    given = _installed["Table.query signature"].bind(self, hash_key, *args, **kwargs).arguments
+    candidates = _candidates(self, hash_key, given.get("index_name"), given.get("hash_key_conditions"))
+    if candidates is None:
+        return original(self, hash_key, *args, **kwargs)
+    _query_candidates.table, _query_candidates.items = self, candidates
+    try:
+        return original(self, hash_key, *args, **kwargs)
+    finally:
+        _query_candidates.table = _query_candidates.items = None
+
+
+def _all_items(self: Any) -> Any:
+    if getattr(_query_candidates, "table", None) is self:
+        return _query_candidates.items
+    return _installed["Table.all_items"](self)
+
+
+def _install_query() -> None:
+    from moto.dynamodb.models.table import Table
+
+    _installed["Table.query"] = Table.__dict__["query"]
+    _installed["Table.query signature"] = inspect.signature(Table.__dict__["query"])
+    _installed["Table.all_items"] = Table.__dict__["all_items"]
+    setattr(Table, "query", _query)  # noqa: B010
+    setattr(Table, "all_items", _all_items)  # noqa: B010
+
+
+def _uninstall_query() -> None:
+    from moto.dynamodb.models.table import Table
+
+    setattr(Table, "query", _installed.pop("Table.query"))  # noqa: B010
+    _installed.pop("Table.query signature")
+    setattr(Table, "all_items", _installed.pop("Table.all_items"))  # noqa: B010
+
+
 # ------------------------------------------------------------------ install
 
 
@@ -598,11 +685,13 @@ def install() -> None:
     _install_static_lookups()
     _install_update_expressions()
     _install_conditions()
+    _install_query()
 
 
 def uninstall() -> None:
     if not _installed:
         return
+    _uninstall_query()
     _uninstall_conditions()
     _uninstall_update_expressions()
     _uninstall_static_lookups()

@@ -7,6 +7,7 @@ import contextlib
 import json
 from typing import Any
 
+from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto.core import serialize as moto_serialize
@@ -449,3 +450,112 @@ def test_conditional_writes_answer_as_motos_own_with_kept_conditions(stack: Any)
         stack.table_name, "t-cond", moto_speed._uninstall_conditions, moto_speed._install_conditions
     )
     assert kept == own
+
+
+def _run_queries(client: Any, table: str, tag: str) -> list[Any]:
+    """Every page of a set of queries over the table and its DueIndex (keys, ranges, order, limits, filters)."""
+    key_conditions: list[dict[str, Any]] = [
+        {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": f"{tag}#a"}}},
+        {
+            "KeyConditionExpression": "pk = :p AND begins_with(sk, :s)",
+            "ExpressionAttributeValues": {":p": {"S": f"{tag}#a"}, ":s": {"S": "op#1"}},
+        },
+        {
+            "KeyConditionExpression": "pk = :p AND sk BETWEEN :lo AND :hi",
+            "ExpressionAttributeValues": {":p": {"S": f"{tag}#b"}, ":lo": {"S": "op#03"}, ":hi": {"S": "op#12"}},
+            "ScanIndexForward": False,
+        },
+        {"KeyConditionExpression": "pk = :p", "ExpressionAttributeValues": {":p": {"S": f"{tag}#none"}}},
+        {
+            "KeyConditionExpression": "pk = :p",
+            "FilterExpression": "n > :n",
+            "ExpressionAttributeValues": {":p": {"S": f"{tag}#a"}, ":n": {"N": "7"}},
+        },
+        {
+            "IndexName": "DueIndex",
+            "KeyConditionExpression": "dueShard = :d AND dueAt <= :t",
+            "ExpressionAttributeValues": {":d": {"S": f"{tag}#due#1"}, ":t": {"S": "2026-01-01T00:00:12Z"}},
+        },
+        {
+            "IndexName": "DueIndex",
+            "KeyConditionExpression": "dueShard = :d",
+            "ExpressionAttributeValues": {":d": {"S": f"{tag}#due#0"}},
+            "ScanIndexForward": False,
+        },
+        {
+            "IndexName": "DueIndex",
+            "KeyConditionExpression": "dueShard = :d",
+            "ExpressionAttributeValues": {":d": {"S": f"{tag}#due#9"}},
+        },
+    ]
+    outcomes: list[Any] = []
+    for condition in key_conditions:
+        for limit in (None, 3):
+            params: dict[str, Any] = {"TableName": table, **condition}
+            if limit:
+                params["Limit"] = limit
+            while True:
+                page = client.query(**params)
+                outcomes.append({k: page.get(k) for k in ("Items", "Count", "ScannedCount", "LastEvaluatedKey")})
+                if "LastEvaluatedKey" not in page:
+                    break
+                params["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    for refused in (
+        {"IndexName": "NoSuchIndex", "KeyConditionExpression": "pk = :p"},
+        {"KeyConditionExpression": "sk = :p"},
+    ):
+        try:
+            client.query(TableName=table, ExpressionAttributeValues={":p": {"S": "x"}}, **refused)
+        except ClientError as exc:
+            outcomes.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+    return outcomes
+
+
+def _without_tag(outcomes: list[Any], tag: str) -> str:
+    return json.dumps(outcomes, sort_keys=True, default=str).replace(tag, "TAG")
+
+
+def test_queries_answer_as_motos_own_looking_only_at_the_items_that_can_match(stack: Any) -> None:
+    """The base table's and the DueIndex's queries look at the items under their key, not the whole table (moto
+    sorts every item for each query): pages, order, counts and refusals are moto's own."""
+    import boto3
+    from moto.dynamodb.models.table import Table
+
+    client = boto3.client("dynamodb")
+    for tag in ("kept", "own"):
+        for pk in ("a", "b", "c"):
+            for index in range(15):
+                item = {"pk": {"S": f"{tag}#{pk}"}, "sk": {"S": f"op#{index:02d}"}, "n": {"N": str(index)}}
+                if index % 2 == 0:  # a sparse index: half the items are in it
+                    item["dueShard"] = {"S": f"{tag}#due#{index % 3}"}
+                    item["dueAt"] = {"S": f"2026-01-01T00:00:{index:02d}Z"}
+                client.put_item(TableName=stack.table_name, Item=item)
+        client.put_item(  # an index key attribute of another type: in no query's answer
+            TableName=stack.table_name,
+            Item={"pk": {"S": f"{tag}#odd"}, "sk": {"S": "x"}, "dueShard": {"N": "1"}, "dueAt": {"S": "z"}},
+        )
+
+    def queried(tag: str) -> tuple[list[Any], list[int]]:
+        """The queries' outcomes, and how many items each query looked at (what ``all_items`` gave it)."""
+        looked_at: list[int] = []
+        all_items = Table.all_items
+
+        def counted(self: Any) -> Any:
+            found = all_items(self)
+            looked_at.append(len(found))
+            return found
+
+        Table.all_items = counted  # type: ignore[method-assign]
+        try:
+            return _run_queries(client, stack.table_name, tag), looked_at
+        finally:
+            Table.all_items = all_items  # type: ignore[method-assign]
+
+    kept, kept_looked_at = queried("kept")
+    moto_speed._uninstall_query()
+    try:
+        own, own_looked_at = queried("own")
+    finally:
+        moto_speed._install_query()
+    assert _without_tag(kept, "kept") == _without_tag(own, "own")
+    assert max(kept_looked_at) <= 15 < min(own_looked_at)  # a key's items, against every item of the table
