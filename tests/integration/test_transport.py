@@ -355,8 +355,11 @@ def test_lambda_invoke_of_a_stack_function_is_answered_directly_as_moto_answers_
         return name
 
     with lambdas.dispatching():
-        echo, fails, sized, throttled = fake("echo", "echo"), fake("fails", "fails"), fake("sized", "sized"), fake(
-            "throttled", "echo", reserved=0
+        echo, fails, sized, throttled = (
+            fake("echo", "echo"),
+            fake("fails", "fails"),
+            fake("sized", "sized"),
+            fake("throttled", "echo", reserved=0),
         )
         made = client("lambda", config=Config(retries={"total_max_attempts": 1}))
         too_large = b'"' + b"x" * limits.LAMBDA_SYNC_REQUEST_BYTES + b'"'
