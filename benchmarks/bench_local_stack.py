@@ -417,7 +417,7 @@ def report_load(
         processes = len(stack.pids())
         where = (
             f"in all ({processes} processes), of which {state * 1000:.0f} ms in the process that holds its state "
-            "(moto, Step Functions and their tasks; the API process has the rest)"
+            "(moto, Step Functions, Lambda's Invoke; the API process runs the functions' handlers)"
             if processes > 1
             else "(one process: its state, Step Functions and their tasks, and the HTTP API)"
         )

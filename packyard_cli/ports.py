@@ -95,8 +95,8 @@ def add_local_arguments(parser: argparse.ArgumentParser, *, verbose: bool = True
     parser.add_argument(
         "--single-process",
         action="store_true",
-        help="serve the HTTP API from the stack's own process instead of a second one (one interpreter: slower "
-        "under concurrent clients)",
+        help="serve the HTTP API and run the functions' handlers in the stack's own process instead of a second one "
+        "(one interpreter: slower under concurrent clients)",
     )
     if verbose:
         parser.add_argument("--verbose", action="store_true", help="also show moto's AWS calls and EMF metrics")
