@@ -184,6 +184,12 @@ def occupied(function: str, slots: int) -> Iterator[Occupation]:
         occupation.release()
 
 
+def in_flight(function: str) -> int:
+    """Invocations of ``function`` running now (an asynchronous one runs after its 202)."""
+    with _lock:
+        return _concurrency.in_flight.get(function, 0)
+
+
 def throttles(function: str) -> int:
     """How many invocations of ``function`` were throttled since :func:`reset`."""
     with _lock:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -378,6 +379,10 @@ def test_lambda_invoke_of_a_stack_function_is_answered_directly_as_moto_answers_
         transport._stop_answering(lambdas.invoke_directly)
         through_moto = [_invoked(made, name, payload, kind) for name, payload, kind in cases]
         assert len(reached_moto) == len(cases)
+        deadline = time.monotonic() + 10
+        while limits.in_flight(echo) and time.monotonic() < deadline:  # the Event runs end before the runtime goes
+            time.sleep(0.01)
+        assert limits.in_flight(echo) == 0
 
     for (name, _, kind), got, expected in zip(cases, direct, through_moto, strict=True):
         for found in (got, expected):
