@@ -228,6 +228,7 @@ def _dispatch(
     from moto.moto_api import recorder
 
     request = app.request_class(environ)  # moto's server request class (``from_wsgi_server``), as Flask makes it
+    keep_plain_url_root(request)
     try:
         recorder._record_request(request)
         try:
@@ -243,6 +244,16 @@ def _dispatch(
     else:
         status, headers, content = 200, {}, result
     return answer_of(request.method, _status_code(status), headers, content, headers)
+
+
+def keep_plain_url_root(request: Any) -> None:
+    """Give a request to a plain host (ASCII, no IDNA label, no escape) its ``url_root`` as werkzeug would compute it:
+    moto's ``raw_url`` reads it for every request, and werkzeug gets there through ``uri_to_iri`` and an IDNA decode
+    of the host, 4% of the stack's process under load (docs/decisions.md, "Local stack throughput, sixth pass")."""
+    host = request.host
+    if request.root_path or not host.isascii() or "xn--" in host.lower() or "%" in host:
+        return
+    request.__dict__["url_root"] = f"{request.scheme}://{host}/"  # werkzeug's cached_property keeps it there
 
 
 def _status_code(status: Any) -> int:

@@ -391,3 +391,22 @@ def test_lambda_invoke_of_a_stack_function_is_answered_directly_as_moto_answers_
         assert got == expected, (name, kind)
     assert direct[0]["Payload"] == b'{"echo": true}' and direct[2]["FunctionError"] == "Unhandled"
     assert [found["status"] for found in direct] == [200, 200, 200, 200, 413, 429, 204, 202]
+
+
+def test_a_plain_hosts_url_root_is_werkzeugs() -> None:
+    """The url_root kept for a plain host is the one werkzeug computes; any other host is left to werkzeug."""
+    from werkzeug.test import EnvironBuilder
+    from werkzeug.wrappers import Request
+
+    for host, root in (
+        ("127.0.0.1:4566", ""),
+        ("localhost:5000", ""),
+        ("bucket.s3.localhost:4566", ""),
+        ("example.com", ""),
+        ("xn--bcher-kva.example:80", ""),
+        ("127.0.0.1:4566", "/mounted"),
+    ):
+        environ = EnvironBuilder(path="/a%20b/c", base_url=f"http://{host}{root}", query_string="x=1").get_environ()
+        kept = Request(environ)
+        transport.keep_plain_url_root(kept)
+        assert kept.url_root == Request(environ).url_root, host
