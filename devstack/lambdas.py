@@ -180,11 +180,12 @@ def _lookup(function_name: str) -> FunctionSpec | None:
 
 
 def _header(headers: Any, name: str) -> str | None:
+    """Header ``name`` of moto's headers or botocore's (whose values are bytes), any case."""
     if not headers:
         return None
     for key, value in dict(headers).items():
         if key.lower() == name.lower():
-            return str(value)
+            return value.decode("latin-1") if isinstance(value, bytes) else str(value)
     return None
 
 
@@ -243,8 +244,7 @@ def invoke_directly(request: Any) -> tuple[int, list[tuple[str, str]], bytes] | 
     spec = _lookup(unquote(match["name"])) if match else None
     if spec is None:
         return None
-    raw = request.headers.get("X-Amz-Invocation-Type")  # botocore's headers: case-insensitive, values bytes
-    invocation_type = raw.decode("latin-1") if isinstance(raw, bytes) else raw
+    invocation_type = _header(request.headers, "X-Amz-Invocation-Type")
     response_headers: dict[str, str] = {"x-amzn-requestid": str(uuid.uuid4())}
     try:
         payload = _invoke(spec, transport.body_of(request), invocation_type, response_headers)
