@@ -180,12 +180,11 @@ def _lookup(function_name: str) -> FunctionSpec | None:
 
 
 def _header(headers: Any, name: str) -> str | None:
-    """Header ``name`` of moto's headers or botocore's (whose values are bytes), any case."""
     if not headers:
         return None
     for key, value in dict(headers).items():
         if key.lower() == name.lower():
-            return value.decode("latin-1") if isinstance(value, bytes) else str(value)
+            return str(value)
     return None
 
 
@@ -244,7 +243,8 @@ def invoke_directly(request: Any) -> tuple[int, list[tuple[str, str]], bytes] | 
     spec = _lookup(unquote(match["name"])) if match else None
     if spec is None:
         return None
-    invocation_type = _header(request.headers, "X-Amz-Invocation-Type")
+    raw = request.headers.get("X-Amz-Invocation-Type")  # botocore's headers: case-insensitive, values bytes
+    invocation_type = raw.decode("latin-1") if isinstance(raw, bytes) else raw
     response_headers: dict[str, str] = {"x-amzn-requestid": str(uuid.uuid4())}
     try:
         payload = _invoke(spec, transport.body_of(request), invocation_type, response_headers)
