@@ -10,8 +10,9 @@ asserts nothing.
 2. Memory: RSS (the stack's process and its API process, summed; each printed too) after a warm-up (50 publishes and
    50 installs: each function's concurrent handler instances are imported once), after ``--publishes`` publishes
    (default 1,000) and after ``--installs`` install lifecycles (default 1,000), eight clients at a time; beside each
-   reading, what the data moto stores accounts for (S3 objects, DynamoDB items, Step Functions executions with their
-   histories: counts and their deep size in the stack process, ``devstack/memory.py``, asked for with SIGUSR1).
+   reading, what the data moto stores accounts for (S3 objects, DynamoDB items, CloudWatch Logs events, Step
+   Functions executions with their histories: counts and their deep size in the stack process,
+   ``devstack/memory.py``, asked for with SIGUSR1).
    Target: flat, i.e. no growth beyond the stored data (a local stack keeps in memory everything it is sent; that
    part grows with use by design, and is printed as such). Each reading waits (up to 30 s) for the stack's threads to
    fall back to what they were before the soak: a client has its answer a state or two before its execution ends.
@@ -338,13 +339,14 @@ def stored_mib(report: dict[str, Any] | None) -> float | None:
 def describe_stored(report: dict[str, Any] | None) -> str:
     if report is None:
         return "stored data: no report from the stack"
-    s3, dynamodb, sfn = (report["stored"].get(name, {}) for name in ("s3", "dynamodb", "stepfunctions"))
+    s3, dynamodb, sfn, logs = (report["stored"].get(name, {}) for name in ("s3", "dynamodb", "stepfunctions", "logs"))
     return (
         f"stored {report['storedMiB']:6.1f} MiB: S3 {s3.get('objects', '?')} objects "
         f"({s3.get('pythonBytes', 0) / 2**20:.1f}), DynamoDB {dynamodb.get('items', '?')} items "
         f"({dynamodb.get('pythonBytes', 0) / 2**20:.1f}), Step Functions {sfn.get('executions', '?')} executions / "
         f"{sfn.get('events', '?')} history events ({sfn.get('pythonBytes', 0) / 2**20:.1f}, of which the histories "
-        f"{sfn.get('historyBytes', 0) / 2**20:.1f}); "
+        f"{sfn.get('historyBytes', 0) / 2**20:.1f}), CloudWatch Logs {logs.get('events', '?')} events "
+        f"({logs.get('pythonBytes', 0) / 2**20:.1f}); "
         f"{report['threads']} threads ({report.get('interpreterThreadsKept', '?')} kept by moto's interpreter); "
         f"Python holds {report.get('allocatedBlocks', 0):,} blocks, {report.get('gcObjects', 0):,} tracked objects; "
         f"{describe_heap(report.get('allocatorMiB', {}))}"

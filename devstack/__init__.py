@@ -16,6 +16,9 @@ import contextlib
 import importlib
 import os
 import sys
+import threading
+import time
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ from moto import mock_aws
 from moto.core.config import default_user_config
 from moto.core.models import botocore_stubber
 
-from devstack import faults, lambdas, serializable
+from devstack import express, faults, lambdas, serializable
 from devstack.counting import RequestCounter, count_aws_requests, observe
 from devstack.express import runs as express_runs
 from devstack.sfn import (
@@ -164,6 +167,8 @@ def stop_local_aws() -> None:
     if running is None:
         return
     _stop_running_executions(running.stack)
+    express.stop_all()
+    _wait_for_interpreter_threads()
     lambdas.uninstall()
     uninstall_retry_clock()
     uninstall_execution_names()
@@ -187,6 +192,31 @@ def _stop_running_executions(stack: Stack) -> None:
         for execution in running:
             with contextlib.suppress(Exception):
                 sfn.stop_execution(executionArn=execution["executionArn"], error="StackStopped")
+
+
+INTERPRETER_DRAIN_SECONDS = 30.0
+"""How long the stack's stop waits for moto's interpreter threads to end (a test's stack then stops clean)."""
+
+
+def _wait_for_interpreter_threads(timeout: float = INTERPRETER_DRAIN_SECONDS) -> None:
+    """Wait until the threads moto's interpreter runs executions on have ended: a Map's other iterations go on after
+    one of them failed its execution, and a stopped run ends at its next state. Left running, they would call the
+    handlers of the *next* test's stack (same process, same table and bucket names, the dispatcher installed again)
+    with this test's inputs, e.g. a sweep page at this test's far-future ``time``. The threads a stop leaves end
+    within milliseconds here (Retry waits are not slept); one still alive after ``timeout`` is named in a warning."""
+    from moto.stepfunctions.parser.utils import TMP_THREADS
+
+    deadline = time.monotonic() + timeout
+    for thread in list(TMP_THREADS):
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, deadline - time.monotonic()))
+    alive = [thread.name for thread in TMP_THREADS if thread.is_alive() and thread is not threading.current_thread()]
+    if alive:
+        warnings.warn(
+            f"moto's interpreter threads still running {timeout:.0f} s after the stack stopped: {alive}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
 
 @contextmanager

@@ -1,11 +1,13 @@
 """What the local stack's memory holds: the data moto stores (S3 objects, DynamoDB items, Step Functions executions
-and their histories), counted and sized, beside the process's RSS and the two allocators' heaps behind it.
+and their histories, CloudWatch Logs events), counted and sized, beside the process's RSS and the two allocators'
+heaps behind it.
 
 ``packyard local`` writes :func:`write_report` to ``<state dir>/memory.json`` when it receives ``SIGUSR1``
 (``benchmarks/bench_local_stack.py`` asks for it after each phase), so a benchmark can tell growth that is the
 stored data itself from growth that is not (a leak). Sizes are deep sizes of moto's own objects
-(``sys.getsizeof`` over everything reachable from a backend's stored records, each object counted once), i.e. what
-keeping that data costs in Python, not its size on the wire.
+(``sys.getsizeof`` over everything reachable from a backend's stored records, each object counted once, plus the
+attribute values CPython 3.12 allocates apart from an instance: :func:`_attribute_values_size`), i.e. what keeping
+that data costs in Python, not its size on the wire.
 
 The measurement must not be in what it measures: the process's figures are read before the stored data is walked,
 and on Linux the walk runs in a forked copy of the process, so its bookkeeping (a set of every object's id, tens of
@@ -55,8 +57,31 @@ def deep_size(roots: Iterable[Any], seen: set[int]) -> int:
             total += sys.getsizeof(obj)
         except TypeError:
             continue
-        stack.extend(gc.get_referents(obj))
+        referents = gc.get_referents(obj)
+        total += _attribute_values_size(obj, referents)
+        stack.extend(referents)
     return total
+
+
+_MANAGED_DICT = 1 << 4  # Py_TPFLAGS_MANAGED_DICT
+_VALUES_APART = sys.version_info[:2] == (3, 12)
+
+
+def _attribute_values_size(obj: Any, referents: list[Any]) -> int:
+    """Bytes of an instance's attribute values that ``sys.getsizeof`` leaves out. On CPython 3.12 an instance of a
+    class without ``__slots__`` keeps its attributes in a values array allocated apart from the object (until
+    something asks for its ``__dict__``): ``PyMem_Malloc(round_up(size + 2, 8) + 8 * size)`` in
+    ``Objects/dictobject.c`` (``new_values``), ``size`` the class's shared keys' capacity, one more than the
+    attributes an instance sets in the common case. The collector then reports the values themselves and the class
+    as the instance's referents. Without this, a moto ``Item`` or ``DynamoType`` cost 40 to 100 bytes more than the
+    walk counted (held against ``tracemalloc`` in tests/integration/test_memory_report.py)."""
+    if not _VALUES_APART or not type(obj).__flags__ & _MANAGED_DICT:
+        return 0
+    values = len(referents) - 1  # the class is a referent too
+    if values < 1 or (values == 1 and type(referents[0]) is dict):  # none set, or a __dict__ made from them
+        return 0
+    size = values + 1
+    return (size + 2 + 7) // 8 * 8 + 8 * size
 
 
 def _s3(seen: set[int]) -> dict[str, Any]:
@@ -86,6 +111,21 @@ def _dynamodb(seen: set[int]) -> dict[str, Any]:
                     roots.append(item)
                 roots.append(table.items)
     return {"items": items, "pythonBytes": deep_size(roots, seen)}
+
+
+def _logs(seen: set[int]) -> dict[str, Any]:
+    """CloudWatch Logs: the events delivered to log groups (the change events the bus's rule copies to its log
+    group, one or two an operation), with their streams."""
+    from moto.logs.models import logs_backends
+
+    events, roots = 0, list[Any]()
+    for account in logs_backends.values():
+        for backend in account.values():
+            for group in backend.groups.values():
+                for stream in group.streams.values():
+                    events += len(stream.events)
+                    roots.append(stream.events)
+    return {"events": events, "pythonBytes": deep_size(roots, seen)}
 
 
 def _stepfunctions(seen: set[int]) -> dict[str, Any]:
@@ -253,7 +293,7 @@ def stored_figures() -> dict[str, Any]:
     objects, which is why :func:`write_report` walks in a forked copy of the process (on Linux)."""
     seen: set[int] = set()
     stored: dict[str, Any] = {}
-    for name, measure in (("s3", _s3), ("dynamodb", _dynamodb), ("stepfunctions", _stepfunctions)):
+    for name, measure in (("s3", _s3), ("dynamodb", _dynamodb), ("stepfunctions", _stepfunctions), ("logs", _logs)):
         try:
             stored[name] = measure(seen)
         except Exception as exc:  # moto's internals moved: say so rather than guess

@@ -113,6 +113,11 @@ def _ok(response: Any, *statuses: int) -> Any:
     return response.body
 
 
+def _published(upload: dict[str, Any]) -> dict[str, Any]:
+    assert upload["state"] == "published", upload  # a rejected one says why
+    return upload
+
+
 def _op(acme: Caller, ws: str, op: dict[str, Any]) -> dict[str, Any]:
     body: dict[str, Any] = _ok(acme.get(f"/v1/workspaces/{ws}/operations/{op['operationId']}"), 200)
     return body
@@ -154,12 +159,12 @@ def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
     """Publish, republish, already-held content, a rejected upload, a copy whose checksum differs and the same
     content published after it (orphan blob records), yank, expiry."""
     v1 = _v(b"v1\n")
-    assert acme.publish("hello", "1.0.0", v1)["state"] == "published"
-    assert acme.publish("hello", "1.1.0", _v(b"v1.1\n", API_READ, NETWORK))["state"] == "published"
+    _published(acme.publish("hello", "1.0.0", v1))
+    _published(acme.publish("hello", "1.1.0", _v(b"v1.1\n", API_READ, NETWORK)))
     _ok(acme.request_upload("hello", "1.0.0", v1), 200)  # identical content again: the release
     held = _ok(acme.request_upload("hello", "1.0.1", v1), 201)  # content the tenant holds: no upload
     assert held["uploadRequired"] is False
-    assert acme.complete_and_wait(held["uploadId"])["state"] == "published"
+    _published(acme.complete_and_wait(held["uploadId"]))
 
     session = _ok(acme.request_upload("hello", "2.0.0", _v(b"v2\n")), 201)
     assert acme.post(f"/v1/uploads/{session['uploadId']}/complete").code == "upload_incomplete"  # HEAD: 404
@@ -189,7 +194,7 @@ def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
     assert (refused["state"], refused["rejection"]["subCode"]) == ("rejected", "digest_mismatch")
     # the same content again: its blob records are the refused publish's orphans, so Publish asks S3 whether their
     # objects are there before writing them (the archive blob's HEAD and its pack's: both 404, the bad copy is gone)
-    assert acme.publish("hello", "1.2.0", packed)["state"] == "published"
+    _published(acme.publish("hello", "1.2.0", packed))
 
     # the staged archive vanishes between complete and verification: Verify reads a 404 and rejects the upload
     vanishing = _v(b"vanishing\n")
@@ -210,7 +215,7 @@ def publishing(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
     devstack.wait_for_execution(execution["executionArn"], timeout=60)
     assert _ok(acme.get(f"/v1/uploads/{gone['uploadId']}"), 200)["state"] == "rejected"
 
-    assert acme.publish("hello", "0.9.0", _v(b"v0.9\n"))["state"] == "published"
+    _published(acme.publish("hello", "0.9.0", _v(b"v0.9\n")))
     assert _ok(acme.delete("/v1/packages/hello/versions/0.9.0"), 200)["status"] == "yanked"
 
     late = _ok(acme.request_upload("hello", "3.0.0", _v(b"v3\n")), 201)
@@ -418,7 +423,7 @@ def sweeps(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
     publish_machine = stack.state_machine_arns["PublishStateMachine"]
     resumed = workflows.execution_arn(publish_machine, resumption.attempt_names(deferred["uploadId"])[1])
     assert devstack.wait_for_execution(resumed, timeout=60)["status"] == "SUCCEEDED"
-    assert _ok(acme.get(f"/v1/uploads/{deferred['uploadId']}"), 200)["state"] == "published"
+    _published(_ok(acme.get(f"/v1/uploads/{deferred['uploadId']}"), 200))
     assert _op(acme, ws, stuck)["state"] == "settled"
     assert _op(acme, ws, waiting)["outcome"]["code"] == "consent_expired"
     assert acme.wait_settled(ws, acme.get(f"/v1/workspaces/{ws}/operations/{orphan['operationId']}"))["outcome"] == {
@@ -447,7 +452,7 @@ def scrub(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> None:
 
     # healed: the same bytes uploaded again are verified and written over the missing blobs; the release is
     # published again, its installation active (by Publish itself, and the cleanup job the sweep then runs)
-    assert acme.publish("scrubbed", "1.0.0", _v(b"to rot\n"))["state"] == "published"
+    _published(acme.publish("scrubbed", "1.0.0", _v(b"to rot\n")))
     assert _ok(acme.get(f"/v1/workspaces/{ws}/installations/scrubbed"), 200)["status"] == "active"
     assert run_maintenance(stack, clock.now() + 60)["done"] >= 1
 
@@ -485,7 +490,7 @@ def file_reads(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> N
     ws = "ws-iam-files"
     big = bytes(range(256)) * (4 * 4096 + 1)  # just over 4 MiB: its own object, answered by a redirect
     built = build_from_files({"SKILL.md": b"files\n", "big.bin": big})
-    assert acme.publish("filed", "1.0.0", built)["state"] == "published"
+    _published(acme.publish("filed", "1.0.0", built))
     assert acme.wait_settled(ws, acme.install(ws, "filed", "filed", "1.0.0", key="k-filed"))["outcome"] == {
         "result": "succeeded"
     }

@@ -24,7 +24,7 @@ from packyard import clock
 from packyard.maintenance import jobs, sweeps
 from packyard.store import due
 from packyard.store.due import DueKind
-from tests.support.sweeping import scheduled_time
+from tests.support.sweeping import failures, scheduled_time
 
 HISTORY_LIMIT = 25_000  # Step Functions Standard: events per execution history
 PAGES_PER_RUN = 40  # statemachines/maintenance.asl.json, MorePages
@@ -44,16 +44,6 @@ def _run(stack: devstack.Stack, at: int) -> tuple[dict[str, Any], list[dict[str,
     return finished, express.history(started["executionArn"])
 
 
-def _failures(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The failed tasks' errors and causes in a run's events: what a failed run says about why."""
-    return [
-        {"type": event["type"], **details}
-        for event in history
-        for key, details in event.items()
-        if key.endswith("EventDetails") and isinstance(details, dict) and "error" in details
-    ]
-
-
 def _due_jobs(now: int) -> int:
     return sum(len(due.query(DueKind.JOB, shard, now, limit=1000, cursor=None)[0]) for shard in range(due.SHARDS))
 
@@ -71,7 +61,7 @@ def test_a_backlog_deeper_than_a_run_sweeps_over_runs_each_within_the_history_li
         assert _due_jobs(at) == BACKLOG
 
         finished, history = _run(stack, at)
-        assert finished["status"] == "SUCCEEDED", (finished, _failures(history))
+        assert finished["status"] == "SUCCEEDED", (finished, failures(history))
         swept = json.loads(finished["output"])["swept"]
         job_pages = [item["pages"] for item in swept if item["kind"] == "job"]
         deep = [item for item in swept if item["kind"] == "job" and item.get("cursor")]
@@ -87,6 +77,6 @@ def test_a_backlog_deeper_than_a_run_sweeps_over_runs_each_within_the_history_li
 
         done = BACKLOG - left
         finished, history = _run(stack, at)  # the next scheduled run takes the next 40 pages of each shard
-        assert finished["status"] == "SUCCEEDED", (finished, _failures(history))
+        assert finished["status"] == "SUCCEEDED", (finished, failures(history))
         assert len(history) < HISTORY_LIMIT
         assert _due_jobs(at) == left - done

@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 import devstack
-from devstack import lambdas
+from devstack import express, lambdas
 from devstack.api import ApiResponse
 from devstack.caller import Caller
 from packyard.maintenance import sweeps
@@ -55,11 +55,21 @@ def run_maintenance(stack: devstack.Stack, at: int) -> Counter[str]:
         stateMachineArn=stack.state_machine_arns["MaintenanceStateMachine"], input=json.dumps(event)
     )
     finished = devstack.wait_for_execution(started["executionArn"], timeout=120)
-    assert finished["status"] == "SUCCEEDED", finished
+    assert finished["status"] == "SUCCEEDED", (finished, failures(express.history(started["executionArn"])))
     counts: Counter[str] = Counter()
     for page in json.loads(finished["output"])["swept"]:
         counts.update(page["counts"])
     return counts
+
+
+def failures(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The failed tasks' errors and causes in a run's events: what a failed run says about why."""
+    return [
+        {"type": event["type"], **details}
+        for event in history
+        for key, details in event.items()
+        if key.endswith("EventDetails") and isinstance(details, dict) and "error" in details
+    ]
 
 
 def sweep_kinds(kinds: Iterable[DueKind], now: int) -> Counter[str]:
