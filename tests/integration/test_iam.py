@@ -326,7 +326,12 @@ def recovery(stack: devstack.Stack, acme: Caller, mp: pytest.MonkeyPatch) -> Non
         raise TransientStoreError("DynamoDB: ThrottlingException")
 
     mp.setattr(consent_waiting, "await_consent", wait_answer_lost)
-    asks = acme.wait_settled(ws, acme.install(ws, "asks", "hello", "1.0.0", key="k-asks"), approve=False)
+    asking = _ok(acme.install(ws, "asks", "hello", "1.0.0", key="k-asks"), 202)
+    # the run ends past the task's retries (each retry records the wait again first, so the operation reads
+    # awaiting_consent until then): wait for the run, not for the first read that says awaiting_consent
+    install_machine = stack.state_machine_arns["InstallStateMachine"]
+    devstack.wait_for_execution(workflows.execution_arn(install_machine, asking["operationId"]), timeout=60)
+    asks = _op(acme, ws, asking)
     assert asks["state"] == "pending", asks
     mp.undo()
     assert acme.wait_for_consent(ws, acme.install(ws, "asks", "hello", "1.0.0", key="k-asks"))["state"] == (
