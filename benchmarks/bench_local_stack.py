@@ -348,7 +348,8 @@ def describe_stored(report: dict[str, Any] | None) -> str:
         f"{sfn.get('historyBytes', 0) / 2**20:.1f}), CloudWatch Logs {logs.get('events', '?')} events "
         f"({logs.get('pythonBytes', 0) / 2**20:.1f}); "
         f"{report['threads']} threads ({report.get('interpreterThreadsKept', '?')} kept by moto's interpreter); "
-        f"Python holds {report.get('allocatedBlocks', 0):,} blocks, {report.get('gcObjects', 0):,} tracked objects; "
+        f"Python holds {report.get('allocatedBlocks', 0):,} blocks, {report.get('gcObjects', 0):,} tracked objects "
+        f"(and {report.get('gcFrozen', 0):,} frozen at start); "
         f"{describe_heap(report.get('allocatorMiB', {}))}"
     )
 

@@ -164,7 +164,7 @@ def _stop_the_stack() -> None:
 def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None:
     """Serve the API, and run the tasks the stack's process dispatches, until stdin ends (the stack's process
     stopped or died)."""
-    from devstack import lambdas, persistence, transport, wakes
+    from devstack import lambdas, memory, persistence, transport, wakes
     from devstack.server import console_log, start_api_server
     from packyard_cli import tokens
 
@@ -185,6 +185,7 @@ def serve(configuration: dict[str, Any], ready: Callable[[bytes], None]) -> None
         log=console_log(),
     )
     threading.Thread(target=_forget_invocations, name="packyard-invocations", daemon=True).start()
+    memory.freeze_what_start_built()
     ready(READY)
     for line in sys.stdin.buffer:  # operations written at rest, until the stack's process is gone
         pk, _, sk = line.decode("utf-8").rstrip("\n").partition("\t")

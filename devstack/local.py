@@ -441,6 +441,7 @@ def serve(args: argparse.Namespace, sockets: Sockets | None = None) -> int:
             "Ctrl-C stops it.",
             soft_wrap=True,
         )
+        memory.freeze_what_start_built()
         if not sys.stderr.isatty():
             print(f"READY {stack.api_url} {stack.aws_url}", file=sys.stderr, flush=True)
         exit_code = 0

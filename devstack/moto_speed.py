@@ -366,30 +366,69 @@ def _uninstall_static_lookups() -> None:
 UPDATE_EXPRESSIONS_KEPT = 512
 
 
-def _processing_map(self: Any) -> dict[type, Callable[[Any], Any]]:
-    """The traverser's node-kind → processor map, built once per traverser (moto builds the dict again twice for
-    every node it visits: once to ask whether the node's kind is processed, once to find its processor)."""
-    found: dict[type, Callable[[Any], Any]] | None = self.__dict__.get("_devstack_processing_map")
+_processors: dict[type, dict[type, Callable[[Any, Any], Any]]] = {}
+"""A traverser class's node-kind -> processor function map: the same for every instance of its class (each moto
+traverser's ``_processing_map`` is a dict literal of its own methods)."""
+
+
+def _processing_map(self: Any) -> dict[type, Callable[[Any, Any], Any]]:
+    """The traverser's node-kind → processor map, built once per traverser class (moto builds the dict again twice
+    for every node it visits: once to ask whether the node's kind is processed, once to find its processor). The map
+    holds the processors' functions, not methods bound to one traverser: a traverser that kept its own bound methods
+    would be a reference cycle, left for the collector after each validation."""
+    cls = type(self)
+    found = _processors.get(cls)
     if found is None:
-        found = self.__dict__["_devstack_processing_map"] = self._processing_map()
+        found = {kind: method.__func__ for kind, method in self._processing_map().items()}
+        _processors[cls] = found
     return found
 
 
 def _nodes_to_be_processed(self: Any) -> tuple[type, ...]:
-    """moto's ``DepthFirstTraverser.nodes_to_be_processed``, from the map built once (the tuple too: it is asked for
-    at every node of every traversal)."""
-    found: tuple[type, ...] | None = self.__dict__.get("_devstack_kinds")
-    if found is None:
-        found = self.__dict__["_devstack_kinds"] = tuple(_processing_map(self))
-    return found
+    """moto's ``DepthFirstTraverser.nodes_to_be_processed``, from the map built once."""
+    return tuple(_processing_map(self))
+
+
+_kinds: dict[tuple[type, type], type | None] = {}
+"""(traverser class, node class) -> the first kind of the traverser's map the node is, or None."""
+
+
+def _kind_of(self: Any, node: Any) -> type | None:
+    """The kind of ``_processing_map(self)`` that processes ``node`` (moto asks ``isinstance`` of each kind in turn,
+    for each node of each traversal, and the kinds are ABCs). For a node's class the answer never changes, so it is
+    found once per class pair."""
+    key = (type(self), type(node))
+    try:
+        return _kinds[key]
+    except KeyError:
+        found = next((kind for kind in _processing_map(self) if isinstance(node, kind)), None)
+        _kinds[key] = found
+        return found
 
 
 def _process(self: Any, node: Any) -> Any:
     """moto's ``DepthFirstTraverser.process``, from the map built once (the first kind the node is wins, as there)."""
-    for kind, processor in _processing_map(self).items():
-        if isinstance(node, kind):
-            return processor(node)
-    return None
+    kind = _kind_of(self, node)
+    return None if kind is None else _processing_map(self)[kind](self, node)
+
+
+def _traverse(self: Any, node: Any, child_id: int = -1) -> Any:
+    """moto's ``DepthFirstTraverser.traverse_node_recursively`` (depth first, each processed node put in its parent's
+    place), asking whether a value is a node, and which kind processes it, once per class (:func:`_a_node`,
+    :func:`_kind_of`)."""
+    if not _a_node(node):
+        return node
+    parent_node = node.parent
+    if node.children is not None:
+        for i, child_node in enumerate(node.children):
+            self.pre_processing_of_child(node, i)
+            self.traverse_node_recursively(child_node, i)
+    if _kind_of(self, node) is not None:
+        node = self.process(node)
+        node.parent = parent_node
+        if parent_node:
+            parent_node.children[child_id] = node
+    return node
 
 
 def _update_expression_classes() -> tuple[Any, Any]:
@@ -405,13 +444,12 @@ def _copy_tree(value: Any, memo: dict[int, Any] | None = None) -> Any:
     ``parent`` (the copy of its parent). A node shared in two places stays one copy; a node with a parent outside
     the copy, or anything that is not a node, is copied by ``copy.deepcopy`` itself (moto's generic copy walked
     every node's ``__dict__`` through the memo and reduce protocol: 5% of the stack's CPU under load)."""
-    node_class = _update_expression_node()
-    if not isinstance(value, node_class) or getattr(value, "parent", None) is not None:
+    if not _a_node(value) or getattr(value, "parent", None) is not None:
         return copy.deepcopy(value, memo)
-    return _copy_node(value, None, node_class, {})
+    return _copy_node(value, None, {})
 
 
-def _copy_node(node: Any, parent: Any, node_class: type, copies: dict[int, Any]) -> Any:
+def _copy_node(node: Any, parent: Any, copies: dict[int, Any]) -> Any:
     found = copies.get(id(node))
     if found is not None:
         return found
@@ -421,12 +459,52 @@ def _copy_node(node: Any, parent: Any, node_class: type, copies: dict[int, Any])
     copied.parent = parent
     if node.children is not None:
         copied.children = [
-            _copy_node(child, copied, node_class, copies) if isinstance(child, node_class) else copy.deepcopy(child)
-            for child in node.children
+            _copy_node(child, copied, copies) if _a_node(child) else copy.deepcopy(child) for child in node.children
         ]
     return copied
 
 
+_answers: dict[tuple[type, Any], bool] = {}
+
+
+def _is_a(value: Any, kinds: Any) -> bool:
+    """``isinstance(value, kinds)``, answered once per class of ``value``: moto's update-expression classes are ABCs,
+    and ``ABCMeta.__instancecheck__`` for every child of every copy and traversal was 5% of the stack's process
+    under load. The answer for a class never changes (nothing registers with these ABCs)."""
+    key = (type(value), kinds)
+    found = _answers.get(key)
+    if found is None:
+        found = _answers[key] = isinstance(value, kinds)
+    return found
+
+
+def _a_node(value: Any) -> bool:
+    """``isinstance(value, Node)`` for moto's update-expression ``Node``."""
+    return _is_a(value, _update_expression_node())
+
+
+def _resolving_pre_processing_of_child(self: Any, parent_node: Any, child_id: int) -> None:
+    """moto's ``ExpressionAttributeResolvingProcessor.pre_processing_of_child`` (a path's value is resolved, the path
+    it is set on is not), asking which action the parent is once per class (:func:`_is_a`)."""
+    if _is_a(parent_node, _actions()):
+        self.resolving = child_id != 0
+
+
+@functools.cache
+def _actions() -> tuple[type, ...]:
+    """The actions ``ExpressionAttributeResolvingProcessor`` resolves the values of (its own tuple)."""
+    from moto.dynamodb.parsing import ast_nodes
+
+    actions = (
+        "UpdateExpressionSetAction",
+        "UpdateExpressionRemoveAction",
+        "UpdateExpressionDeleteAction",
+        "UpdateExpressionAddAction",
+    )
+    return tuple(getattr(ast_nodes, name) for name in actions)
+
+
+@functools.cache
 def _update_expression_node() -> type:
     from moto.dynamodb.parsing import ast_nodes
 
@@ -483,7 +561,11 @@ def _install_update_expressions() -> None:
     _installed["UpdateExpressionParser.make"] = parser.__dict__["make"]
     make: Any = functools.lru_cache(maxsize=UPDATE_EXPRESSIONS_KEPT)(_installed["UpdateExpressionParser.make"].__func__)
     setattr(parser, "make", classmethod(make))  # noqa: B010
-    for name, replacement in (("nodes_to_be_processed", _nodes_to_be_processed), ("process", _process)):
+    for name, replacement in (
+        ("nodes_to_be_processed", _nodes_to_be_processed),
+        ("process", _process),
+        ("traverse_node_recursively", _traverse),
+    ):
         _installed[f"DepthFirstTraverser.{name}"] = traverser.__dict__[name]
         setattr(traverser, name, replacement)
     from moto.dynamodb.parsing import validators
@@ -494,17 +576,22 @@ def _install_update_expressions() -> None:
     _installed["Validator.__init__"] = update_validator.__init__
     setattr(update_validator, "__init__", _validator_init)  # noqa: B010
     setattr(update_validator, "validate", _validate_update)  # noqa: B010
+    resolving = getattr(validators, "ExpressionAttributeResolvingProcessor")  # noqa: B009 - untyped module
+    _installed["Resolving.pre_processing_of_child"] = resolving.__dict__["pre_processing_of_child"]
+    setattr(resolving, "pre_processing_of_child", _resolving_pre_processing_of_child)  # noqa: B010
 
 
 def _uninstall_update_expressions() -> None:
     traverser, parser = _update_expression_classes()
 
     setattr(parser, "make", _installed.pop("UpdateExpressionParser.make"))  # noqa: B010
-    for name in ("nodes_to_be_processed", "process"):
+    for name in ("nodes_to_be_processed", "process", "traverse_node_recursively"):
         setattr(traverser, name, _installed.pop(f"DepthFirstTraverser.{name}"))
     from moto.dynamodb.parsing import validators
 
     setattr(validators, "deepcopy", _installed.pop("validators.deepcopy"))  # noqa: B010
+    resolving = getattr(validators, "ExpressionAttributeResolvingProcessor")  # noqa: B009 - untyped module
+    setattr(resolving, "pre_processing_of_child", _installed.pop("Resolving.pre_processing_of_child"))  # noqa: B010
     update_validator = getattr(validators, "UpdateExpressionValidator")  # noqa: B009 - untyped module
     _installed.pop("Validator.__init__")
     for name in ("__init__", "validate"):  # back to what it inherits from moto's Validator

@@ -239,6 +239,10 @@ def _dispatch(
         if app.trap_http_exception(exc):
             raise
         return answer_of(request.method, int(exc.code or 500), exc.get_headers(environ), exc.get_body(environ), {})
+    finally:
+        # werkzeug's Request keeps itself in its environ ("werkzeug.request"): a reference cycle that took the
+        # request, its headers, streams and parsed forms (some 25 objects) to the collector after every request
+        environ.pop("werkzeug.request", None)
     if len(result) == 3:
         status, headers, content = result
     else:

@@ -107,3 +107,26 @@ def test_the_walk_counts_what_stored_items_cost_as_tracemalloc_counts_them(stack
 
     counted = memory.stored_figures()["stored"]["dynamodb"]["pythonBytes"] - counted_before
     assert 0.8 * traced <= counted <= 1.1 * traced, (counted, traced)
+
+
+def test_what_start_built_is_frozen_out_of_every_later_collection_and_garbage_is_still_collected() -> None:
+    """``packyard local`` freezes what it built at start: those objects leave the collector's generations (a full
+    collection no longer walks them), and a reference cycle made afterwards is still found and freed."""
+    thresholds = gc.get_threshold()
+
+    class Built:
+        pass
+
+    built = Built()
+    try:
+        frozen = memory.freeze_what_start_built()
+        assert frozen > 0 and frozen == gc.get_freeze_count()
+        assert all(found is not built for found in gc.get_objects())  # in no generation: frozen
+        assert gc.get_threshold()[0] == memory.YOUNG_COLLECTION_THRESHOLD
+        later = Built()
+        later.itself = later  # type: ignore[attr-defined]  # a cycle only the collector frees
+        del later
+        assert gc.collect() >= 1
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*thresholds)

@@ -327,6 +327,41 @@ def test_the_checks_of_an_update_expressions_structure_run_once_per_tree_names_a
     assert len(walked) == 4, walked
 
 
+def test_an_updates_validation_asks_no_abc_which_kind_a_node_is_once_it_has_met_its_class(
+    stack: Any, monkeypatch: Any
+) -> None:
+    """moto's traversals (``DepthFirstTraverser``, the resolving processor's look at each parent) and the tree's copy
+    ask ``isinstance`` of ABCs (``Node``, the processors' kinds, the actions) for every node of every validation.
+    The answers are kept per class, so a second round of the same updates asks no ABC from there (moto's parser and
+    executors still ask, once per node they build or run)."""
+    import abc
+    import sys
+
+    import boto3
+    from moto.dynamodb.parsing import ast_nodes, validators
+
+    client = boto3.client("dynamodb")
+    _run_updates(client, stack.table_name, "t-kinds-first")  # every class pair met once
+    asked_from: list[str] = []  # "function: Kind? NodeClass" for each question asked from those modules
+    real = abc.ABCMeta.__instancecheck__
+    traversals = {ast_nodes.__file__, validators.__file__, moto_speed.__file__}
+
+    def instancecheck(cls: Any, instance: Any) -> bool:
+        caller = sys._getframe(1).f_code
+        if caller.co_filename in traversals:
+            asked_from.append(f"{caller.co_name}: {cls.__name__}? {type(instance).__name__}")
+        return bool(real(cls, instance))
+
+    monkeypatch.setattr(abc.ABCMeta, "__instancecheck__", instancecheck)
+    outcomes = _run_updates(client, stack.table_name, "t-kinds-again")
+    monkeypatch.undo()
+    assert any(isinstance(outcome, dict) for outcome in outcomes)  # the updates ran, were validated and applied
+    walks = ("traverse_node_recursively", "process", "pre_processing_of_child", "_traverse", "_process", "_kind_of")
+    walks += ("_copy_node", "_is_a")
+    from_traversals = [question for question in asked_from if question.split(":")[0] in walks]
+    assert from_traversals == [], sorted(set(from_traversals))[:10]
+
+
 def _shape_of(node: Any, parent: Any = None) -> Any:
     """A tree as text-like data: each node's class, attributes and children, and whether its parent is ``parent``."""
     from moto.dynamodb.parsing.ast_nodes import Node

@@ -283,6 +283,30 @@ def test_an_in_process_request_skips_flask_and_one_over_http_does_not(
     assert through_flask == ["/"]
 
 
+def test_a_dispatched_request_is_freed_when_answered_not_left_to_the_collector(
+    dispatcher: transport.InProcessDispatcher,
+) -> None:
+    """werkzeug's Request keeps itself in its environ: each dispatched request was a reference cycle (the request,
+    its headers, streams and forms) that only the cycle collector freed. Once answered, nothing of it is left for the
+    collector to find."""
+    import gc
+
+    from werkzeug.wrappers import Request
+
+    dispatched, _ = both("dynamodb")
+    dispatched.list_tables()  # first use: clients, routes and lookups made once
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(5):
+            dispatched.list_tables()
+        gc.collect()
+    finally:
+        gc.set_debug(0)
+        garbage, gc.garbage[:] = list(gc.garbage), []
+    assert [found for found in garbage if isinstance(found, Request)] == []
+
+
 def test_a_path_no_service_serves_is_answered_by_flask(dispatcher: transport.InProcessDispatcher) -> None:
     environ = {
         "REQUEST_METHOD": "GET",
