@@ -413,21 +413,24 @@ def _process(self: Any, node: Any) -> Any:
 
 
 def _traverse(self: Any, node: Any, child_id: int = -1) -> Any:
-    """moto's ``DepthFirstTraverser.traverse_node_recursively`` (depth first, each processed node put in its parent's
-    place), asking whether a value is a node, and which kind processes it, once per class (:func:`_a_node`,
-    :func:`_kind_of`)."""
+    """moto's ``DepthFirstTraverser.traverse_node_recursively``: depth first, each processed node put in its parent's
+    place. The parent is carried down the walk rather than read from each node (a tree copied for a validation links
+    no node to its parent, :func:`_copy_node`), and whether a value is a node, and which kind processes it, is asked
+    once per class (:func:`_a_node`, :func:`_kind_of`)."""
+    return _walk(self, node, getattr(node, "parent", None), child_id)
+
+
+def _walk(self: Any, node: Any, parent: Any, child_id: int) -> Any:
     if not _a_node(node):
         return node
-    parent_node = node.parent
     if node.children is not None:
-        for i, child_node in enumerate(node.children):
+        for i, child in enumerate(node.children):
             self.pre_processing_of_child(node, i)
-            self.traverse_node_recursively(child_node, i)
+            _walk(self, child, node, i)
     if _kind_of(self, node) is not None:
         node = self.process(node)
-        node.parent = parent_node
-        if parent_node:
-            parent_node.children[child_id] = node
+        if parent is not None:
+            parent.children[child_id] = node
     return node
 
 
@@ -440,26 +443,28 @@ def _update_expression_classes() -> tuple[Any, Any]:
 
 def _copy_tree(value: Any, memo: dict[int, Any] | None = None) -> Any:
     """``copy.deepcopy`` as moto's update-expression ``Validator`` uses it on the syntax tree, done for what a tree
-    is: each node's ``type``, ``children`` (nodes copied the same way, anything else by ``copy.deepcopy``) and
-    ``parent`` (the copy of its parent). A node shared in two places stays one copy; a node with a parent outside
-    the copy, or anything that is not a node, is copied by ``copy.deepcopy`` itself (moto's generic copy walked
-    every node's ``__dict__`` through the memo and reduce protocol: 5% of the stack's CPU under load)."""
+    is: each node's ``type`` and ``children`` (nodes copied the same way, anything else by ``copy.deepcopy``), and
+    no ``parent``: moto reads a node's parent only in its traversals, which carry it instead (:func:`_walk`), so a
+    copy holds no reference cycle and is freed as soon as its update is done (with the links, each validation left
+    its copy to the collector). A node shared in two places stays one copy; a node with a parent outside the copy,
+    or anything that is not a node, is copied by ``copy.deepcopy`` itself (moto's generic copy walked every node's
+    ``__dict__`` through the memo and reduce protocol: 5% of the stack's CPU under load)."""
     if not _a_node(value) or getattr(value, "parent", None) is not None:
         return copy.deepcopy(value, memo)
-    return _copy_node(value, None, {})
+    return _copy_node(value, {})
 
 
-def _copy_node(node: Any, parent: Any, copies: dict[int, Any]) -> Any:
+def _copy_node(node: Any, copies: dict[int, Any]) -> Any:
     found = copies.get(id(node))
     if found is not None:
         return found
     copied: Any = object.__new__(type(node))
     copies[id(node)] = copied
     copied.__dict__.update(node.__dict__)
-    copied.parent = parent
+    copied.parent = None  # the walk carries each node's parent (_walk): no node of a copy points back up
     if node.children is not None:
         copied.children = [
-            _copy_node(child, copied, copies) if _a_node(child) else copy.deepcopy(child) for child in node.children
+            _copy_node(child, copies) if _a_node(child) else copy.deepcopy(child) for child in node.children
         ]
     return copied
 

@@ -362,29 +362,51 @@ def test_an_updates_validation_asks_no_abc_which_kind_a_node_is_once_it_has_met_
     assert from_traversals == [], sorted(set(from_traversals))[:10]
 
 
-def _shape_of(node: Any, parent: Any = None) -> Any:
-    """A tree as text-like data: each node's class, attributes and children, and whether its parent is ``parent``."""
+def _shape_of(node: Any) -> Any:
+    """A tree as text-like data: each node's class, attributes and children (not the links back to parents)."""
     from moto.dynamodb.parsing.ast_nodes import Node
 
     if not isinstance(node, Node):
         return repr(node)
     attributes = {k: repr(v) for k, v in vars(node).items() if k not in ("parent", "children")}
-    children = [_shape_of(child, node) for child in node.children or []]
-    return (type(node).__name__, attributes, node.parent is parent, children)
+    return (type(node).__name__, attributes, [_shape_of(child) for child in node.children or []])
 
 
-def test_a_syntax_tree_copies_as_deepcopy_copies_it() -> None:
+def _nodes(node: Any) -> list[Any]:
+    from moto.dynamodb.parsing.ast_nodes import Node
+
+    if not isinstance(node, Node):
+        return []
+    return [node, *(found for child in node.children or [] for found in _nodes(child))]
+
+
+def test_a_syntax_tree_copies_as_deepcopy_copies_it_without_links_back_to_parents() -> None:
+    """The copy a validation walks has the tree's nodes, attributes and children as ``copy.deepcopy`` copies them,
+    and no node pointing back to its parent (the walk carries the parent): each validation's copy is then freed
+    when the update is done, not left to the collector as a reference cycle."""
     import copy
+    import gc
 
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
     texts = [text for text, _, _ in UPDATES if "= =" not in text]
     texts += ["SET #a[2].b = :v, c = list_append(:l, c) REMOVE d[0], e.f", "ADD #n :one DELETE s :set"]
-    for text in texts:
-        tree = UpdateExpressionParser.make(text)
+    trees = [UpdateExpressionParser.make(text) for text in texts]  # parsed trees do link nodes to parents
+    for tree in trees:
         mine, generic = moto_speed._copy_tree(tree), copy.deepcopy(tree)
         assert _shape_of(mine) == _shape_of(generic) == _shape_of(tree)
         assert mine is not tree and all(a is not b for a, b in zip(mine.children, tree.children, strict=True))
+        assert all(node.parent is None for node in _nodes(mine))
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for tree in trees:
+            moto_speed._copy_tree(tree)
+        gc.collect()
+    finally:
+        gc.set_debug(0)
+        garbage, gc.garbage[:] = list(gc.garbage), []
+    assert [found for found in garbage if _nodes(found)] == []
 
 
 # (ConditionExpression, ExpressionAttributeNames, two sets of ExpressionAttributeValues): the shapes the store writes
