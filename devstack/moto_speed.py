@@ -52,6 +52,12 @@ with the table, under the lock that makes DynamoDB's operations atomic. It now l
 its own checks, sort, paging and filters on them (:func:`_query`). Items are answered a whole map at a time too
 (:meth:`DynamoJSONSerializer._serialize_type_map`).
 
+**Every update left its validation to the collector, and asked ABCs what each node was** (docs/decisions.md, "The
+stack's collector walks what it stores"): a validated tree copy linked its nodes to their parents and each processor
+kept bound methods of itself, so both were reference cycles freed only by a collection; the copies now link no node
+to its parent (the traversal carries it, :func:`_walk`) and the processors' maps hold functions per class. Whether a
+value is a node, and which kind processes it, is asked once per class (:func:`_is_a`, :func:`_kind_of`).
+
 Installed by :func:`devstack.lambdas.install` (every local runtime), removed by :func:`devstack.lambdas.uninstall`.
 """
 
