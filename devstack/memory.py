@@ -46,7 +46,7 @@ YOUNG_COLLECTION_THRESHOLD = 10_000
 
 def freeze_what_start_built() -> int:
     """Move every object alive once the stack has started (moto's and botocore's modules and service models, the
-    template's resources: some 360,000 tracked objects) into the collector's permanent generation, after a
+    template's resources: some 334,000 tracked objects) into the collector's permanent generation, after a
     collection, and return how many. They live as long as the process, and every full collection walked them again:
     after the benchmark's soak a full collection of the stack's process took 0.5 s, the GIL held throughout, twice a
     minute under load. Objects made later (the stored data, each request's) are collected as before; a frozen object

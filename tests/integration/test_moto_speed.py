@@ -17,6 +17,7 @@ from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.utilities import dynamo_to_dict
 
 from devstack import moto_speed
+from tests.support.collector import cyclic_garbage
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
 numbers = st.integers(-(10**12), 10**12).map(str) | st.decimals(allow_nan=False, allow_infinity=False).map(str)
@@ -385,7 +386,6 @@ def test_a_syntax_tree_copies_as_deepcopy_copies_it_without_links_back_to_parent
     and no node pointing back to its parent (the walk carries the parent): each validation's copy is then freed
     when the update is done, not left to the collector as a reference cycle."""
     import copy
-    import gc
 
     from moto.dynamodb.parsing.expressions import UpdateExpressionParser
 
@@ -397,15 +397,7 @@ def test_a_syntax_tree_copies_as_deepcopy_copies_it_without_links_back_to_parent
         assert _shape_of(mine) == _shape_of(generic) == _shape_of(tree)
         assert mine is not tree and all(a is not b for a, b in zip(mine.children, tree.children, strict=True))
         assert all(node.parent is None for node in _nodes(mine))
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for tree in trees:
-            moto_speed._copy_tree(tree)
-        gc.collect()
-    finally:
-        gc.set_debug(0)
-        garbage, gc.garbage[:] = list(gc.garbage), []
+    garbage = cyclic_garbage(lambda: [moto_speed._copy_tree(tree) for tree in trees])
     assert [found for found in garbage if _nodes(found)] == []
 
 

@@ -19,6 +19,7 @@ from botocore.config import Config
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 
 from devstack import FAKE_CREDENTIALS, transport
+from tests.support.collector import cyclic_garbage
 
 PORT = 1  # nothing listens there: a request that left the process would fail to connect
 ENDPOINT = f"http://127.0.0.1:{PORT}"
@@ -289,21 +290,11 @@ def test_a_dispatched_request_is_freed_when_answered_not_left_to_the_collector(
     """werkzeug's Request keeps itself in its environ: each dispatched request was a reference cycle (the request,
     its headers, streams and forms) that only the cycle collector freed. Once answered, nothing of it is left for the
     collector to find."""
-    import gc
-
     from werkzeug.wrappers import Request
 
     dispatched, _ = both("dynamodb")
     dispatched.list_tables()  # first use: clients, routes and lookups made once
-    gc.collect()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
-        for _ in range(5):
-            dispatched.list_tables()
-        gc.collect()
-    finally:
-        gc.set_debug(0)
-        garbage, gc.garbage[:] = list(gc.garbage), []
+    garbage = cyclic_garbage(lambda: [dispatched.list_tables() for _ in range(5)])
     assert [found for found in garbage if isinstance(found, Request)] == []
 
 
